@@ -1,0 +1,14 @@
+// Each subcommand group registers itself on the top-level CLI11 app. A
+// command's callback throws specd::Error for bad input; main() prints it as
+// one line and exits with status 1.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace specd::cli {
+
+void register_model_commands(CLI::App& app);     // convert, quantize, info (cmd_model.cpp)
+void register_tokenize_command(CLI::App& app);   // tokenize (cmd_tokenize.cpp)
+void register_generate_commands(CLI::App& app);  // generate, bench (cmd_generate.cpp)
+
+}  // namespace specd::cli
