@@ -1,0 +1,317 @@
+#include "engine/forward.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+namespace specd {
+
+namespace {
+
+// out = x * rsqrt(mean(x^2) + eps) * weight, one row of n.
+void rms_norm(const float* x, const float* weight, float* out, int64_t n, float eps) {
+    float ss = 0.0f;
+    for (int64_t i = 0; i < n; ++i) ss += x[i] * x[i];
+    const float scale = 1.0f / std::sqrt(ss / static_cast<float>(n) + eps);
+    for (int64_t i = 0; i < n; ++i) out[i] = x[i] * scale * weight[i];
+}
+
+// Rotates adjacent pairs (2i, 2i+1), i < rope_dim/2, of each head in place.
+void apply_rope(float* vec, int32_t n_heads, int32_t head_dim, int32_t rope_half, const float* cos_row,
+                const float* sin_row) {
+    for (int32_t h = 0; h < n_heads; ++h) {
+        float* v = vec + static_cast<size_t>(h) * head_dim;
+        for (int32_t i = 0; i < rope_half; ++i) {
+            const float x0 = v[2 * i], x1 = v[2 * i + 1];
+            v[2 * i] = x0 * cos_row[i] - x1 * sin_row[i];
+            v[2 * i + 1] = x0 * sin_row[i] + x1 * cos_row[i];
+        }
+    }
+}
+
+// Calls fn(segment, local_begin, local_end) for the parts of [begin, end)
+// that fall into each of the consecutive segments of the given sizes.
+template <class Fn>
+void for_segments(int64_t begin, int64_t end, std::initializer_list<int64_t> sizes, Fn&& fn) {
+    int64_t base = 0;
+    int segment = 0;
+    for (int64_t size : sizes) {
+        const int64_t b = std::max(begin, base), e = std::min(end, base + size);
+        if (b < e) fn(segment, b - base, e - base);
+        base += size;
+        ++segment;
+    }
+}
+
+}  // namespace
+
+ForwardPass::ForwardPass(const LlamaModel& model, ThreadPool& pool, ForwardOptions options)
+    : model_(model), pool_(pool), options_(options), isa_(best_isa()) {
+    const LlamaHparams& hp = model.hparams();
+    if (options_.max_batch_tokens <= 0 || options_.max_logit_rows <= 0) {
+        throw Error("forward: max_batch_tokens and max_logit_rows must be positive");
+    }
+    options_.max_logit_rows = std::min(options_.max_logit_rows, options_.max_batch_tokens);
+    n_ctx_max_ = hp.n_ctx_train;
+    const size_t M = static_cast<size_t>(options_.max_batch_tokens);
+    const size_t R = static_cast<size_t>(options_.max_logit_rows);
+    const size_t dim = static_cast<size_t>(hp.dim), kv = static_cast<size_t>(hp.kv_dim());
+    const size_t ffn = static_cast<size_t>(hp.ffn_dim);
+    row_token_.resize(M);
+    row_seq_.resize(M);
+    row_pos_.resize(M);
+    out_row_.resize(R);
+    x_.resize(M * dim);
+    xb_.resize(M * dim);
+    qkv_.resize(M * (dim + 2 * kv));
+    proj_.resize(M * dim);
+    ffn_.resize(M * 2 * ffn);
+    xout_.resize(R * dim);
+    logits_.resize(R * static_cast<size_t>(hp.n_vocab));
+    scores_.resize(static_cast<size_t>(pool.size()) * static_cast<size_t>(n_ctx_max_));
+
+    const int32_t half = hp.rope_dim / 2;
+    rope_cos_.resize(static_cast<size_t>(n_ctx_max_) * half);
+    rope_sin_.resize(static_cast<size_t>(n_ctx_max_) * half);
+    for (int32_t p = 0; p < n_ctx_max_; ++p) {
+        for (int32_t i = 0; i < half; ++i) {
+            const double freq = std::pow(static_cast<double>(hp.rope_freq_base), -2.0 * i / hp.rope_dim);
+            const double theta = p * freq;
+            rope_cos_[static_cast<size_t>(p) * half + i] = static_cast<float>(std::cos(theta));
+            rope_sin_[static_cast<size_t>(p) * half + i] = static_cast<float>(std::sin(theta));
+        }
+    }
+    const int rows = options_.max_batch_tokens;
+    in_attn_.reserve(rows, hp.dim);
+    in_wo_.reserve(rows, hp.dim);
+    in_ffn_.reserve(rows, hp.dim);
+    in_down_.reserve(rows, hp.ffn_dim);
+    in_cls_.reserve(options_.max_logit_rows, hp.dim);
+}
+
+KvCacheShape ForwardPass::kv_shape(int32_t n_ctx, int32_t n_sequences, int32_t block_size) const {
+    KvCacheShape s;
+    s.n_layers = model_.hparams().n_layers;
+    s.kv_dim = model_.hparams().kv_dim();
+    s.block_size = block_size;
+    s.max_seq_len = n_ctx;
+    s.max_sequences = n_sequences;
+    s.n_blocks = n_sequences * ((n_ctx + block_size - 1) / block_size);
+    return s;
+}
+
+std::span<const float> ForwardPass::forward(PagedKvCache& kv, std::span<const BatchItem> items) {
+    const LlamaHparams& hp = model_.hparams();
+    if (kv.shape().n_layers != hp.n_layers || kv.shape().kv_dim != hp.kv_dim()) {
+        throw Error("forward: the KV cache was made for another model shape");
+    }
+    int32_t m = 0, r = 0;
+    for (size_t i = 0; i < items.size(); ++i) {
+        const BatchItem& item = items[i];
+        if (!kv.is_active(item.seq)) throw Error("forward: unknown KV sequence " + std::to_string(item.seq));
+        if (item.tokens.empty()) throw Error("forward: batch item without tokens");
+        for (size_t j = 0; j < i; ++j) {
+            if (items[j].seq == item.seq) throw Error("forward: sequence " + std::to_string(item.seq) + " twice in one batch");
+        }
+        const int64_t n = static_cast<int64_t>(item.tokens.size());
+        if (m + n > options_.max_batch_tokens) {
+            throw Error("forward: batch of more than " + std::to_string(options_.max_batch_tokens) + " tokens");
+        }
+        const int32_t start = kv.length(item.seq);
+        if (start + n > std::min(kv.shape().max_seq_len, n_ctx_max_)) {
+            throw Error("forward: sequence would grow to " + std::to_string(start + n) + " positions, beyond the context size " +
+                        std::to_string(std::min(kv.shape().max_seq_len, n_ctx_max_)));
+        }
+        const int32_t n_logit = item.all_logits ? static_cast<int32_t>(n) : 1;
+        if (r + n_logit > options_.max_logit_rows) {
+            throw Error("forward: more than " + std::to_string(options_.max_logit_rows) + " logit rows requested");
+        }
+        for (int64_t t = 0; t < n; ++t) {
+            const int32_t tok = item.tokens[static_cast<size_t>(t)];
+            if (tok < 0 || tok >= hp.n_vocab) {
+                throw Error("forward: token id " + std::to_string(tok) + " is outside the vocabulary (0.." +
+                            std::to_string(hp.n_vocab - 1) + ")");
+            }
+            row_token_[static_cast<size_t>(m)] = tok;
+            row_seq_[static_cast<size_t>(m)] = item.seq;
+            row_pos_[static_cast<size_t>(m)] = start + static_cast<int32_t>(t);
+            if (item.all_logits || t == n - 1) out_row_[static_cast<size_t>(r++)] = m;
+            ++m;
+        }
+    }
+    // Reserve every sequence's blocks before any work, so a full pool leaves
+    // the cache as it was (only blocks are attached, lengths do not move).
+    for (const BatchItem& item : items) {
+        const int32_t want = kv.length(item.seq) + static_cast<int32_t>(item.tokens.size());
+        if (!kv.reserve(item.seq, want)) {
+            for (const BatchItem& undo : items) kv.truncate(undo.seq, kv.length(undo.seq));
+            throw KvCacheFull("KV cache full: sequence " + std::to_string(item.seq) + " needs " +
+                              std::to_string(kv.blocks_for(want)) + " blocks, " + std::to_string(kv.free_blocks()) +
+                              " free");
+        }
+    }
+    n_rows_ = m;
+    n_out_ = r;
+    if (m == 0) return {};
+
+    in_attn_.set_shape(model_.layers()[0].wq.type, m, hp.dim);
+    in_wo_.set_shape(model_.layers()[0].wo.type, m, hp.dim);
+    in_ffn_.set_shape(model_.layers()[0].w_gate.type, m, hp.dim);
+    in_down_.set_shape(model_.layers()[0].w_down.type, m, hp.ffn_dim);
+    in_cls_.set_shape(model_.classifier().type, r, hp.dim);
+
+    pool_.run([&](int ith, int nth) { run_layers(ith, nth, kv); });
+
+    for (const BatchItem& item : items) {
+        kv.set_length(item.seq, kv.length(item.seq) + static_cast<int32_t>(item.tokens.size()));
+    }
+    return {logits_.data(), static_cast<size_t>(r) * static_cast<size_t>(hp.n_vocab)};
+}
+
+void ForwardPass::run_layers(int ith, int nth, PagedKvCache& kv) {
+    const LlamaHparams& hp = model_.hparams();
+    const int64_t dim = hp.dim, kvd = hp.kv_dim(), ffn = hp.ffn_dim, vocab = hp.n_vocab;
+    const int64_t qkv_ld = dim + 2 * kvd;
+    const Range rows = split_range(n_rows_, ith, nth);
+
+    // Embedding lookup.
+    const WeightMatrix& embd = model_.token_embedding();
+    for (int64_t t = rows.begin; t < rows.end; ++t) {
+        dequantize_row_isa(isa_, embd.type, embd.row(row_token_[static_cast<size_t>(t)]), &x_[t * dim], dim);
+    }
+
+    for (int32_t l = 0; l < hp.n_layers; ++l) {
+        const LlamaLayer& L = model_.layers()[static_cast<size_t>(l)];
+        // Attention input: norm + activation prep, by rows.
+        for (int64_t t = rows.begin; t < rows.end; ++t) rms_norm(&x_[t * dim], L.attn_norm.data(), &xb_[t * dim], dim, hp.rms_eps);
+        in_attn_.prepare_rows(isa_, xb_.data(), dim, static_cast<int>(rows.begin), static_cast<int>(rows.end));
+        pool_.barrier();
+
+        // q | k | v projections, split over the concatenated output rows.
+        const Range qkv_range = split_range(qkv_ld, ith, nth, kMatmulRowAlign);
+        for_segments(qkv_range.begin, qkv_range.end, {dim, kvd, kvd}, [&](int seg, int64_t b, int64_t e) {
+            const WeightMatrix& w = seg == 0 ? L.wq : seg == 1 ? L.wk : L.wv;
+            const int64_t col0 = seg == 0 ? 0 : seg == 1 ? dim : dim + kvd;
+            matmul(isa_, w.type, w.data, in_attn_, &qkv_[col0], qkv_ld, b, e);
+        });
+        pool_.barrier();
+
+        // RoPE on q and k, then k and v into the cache, by rows.
+        const int32_t half = hp.rope_dim / 2;
+        for (int64_t t = rows.begin; t < rows.end; ++t) {
+            const int32_t pos = row_pos_[static_cast<size_t>(t)], seq = row_seq_[static_cast<size_t>(t)];
+            float* q = &qkv_[t * qkv_ld];
+            float* k = q + dim;
+            const float* v = k + kvd;
+            const float* c = &rope_cos_[static_cast<size_t>(pos) * half];
+            const float* s = &rope_sin_[static_cast<size_t>(pos) * half];
+            apply_rope(q, hp.n_heads, hp.head_dim, half, c, s);
+            apply_rope(k, hp.n_kv_heads, hp.head_dim, half, c, s);
+            std::copy(k, k + kvd, kv.key(seq, l, pos));
+            std::copy(v, v + kvd, kv.value(seq, l, pos));
+        }
+        pool_.barrier();
+
+        attention_rows(ith, nth, kv, l);  // writes xb_ rows
+        in_wo_.prepare_rows(isa_, xb_.data(), dim, static_cast<int>(rows.begin), static_cast<int>(rows.end));
+        pool_.barrier();
+
+        // Output projection and residual add, by output columns.
+        const Range dim_range = split_range(dim, ith, nth, kMatmulRowAlign);
+        if (dim_range.begin < dim_range.end) {
+            matmul(isa_, L.wo.type, L.wo.data, in_wo_, proj_.data(), dim, dim_range.begin, dim_range.end);
+            for (int64_t t = 0; t < n_rows_; ++t) {
+                for (int64_t n = dim_range.begin; n < dim_range.end; ++n) x_[t * dim + n] += proj_[t * dim + n];
+            }
+        }
+        pool_.barrier();
+
+        for (int64_t t = rows.begin; t < rows.end; ++t) rms_norm(&x_[t * dim], L.ffn_norm.data(), &xb_[t * dim], dim, hp.rms_eps);
+        in_ffn_.prepare_rows(isa_, xb_.data(), dim, static_cast<int>(rows.begin), static_cast<int>(rows.end));
+        pool_.barrier();
+
+        // gate and up for the same rows of the hidden layer, then SwiGLU.
+        const Range ffn_range = split_range(ffn, ith, nth, kMatmulRowAlign);
+        if (ffn_range.begin < ffn_range.end) {
+            matmul(isa_, L.w_gate.type, L.w_gate.data, in_ffn_, ffn_.data(), 2 * ffn, ffn_range.begin, ffn_range.end);
+            matmul(isa_, L.w_up.type, L.w_up.data, in_ffn_, ffn_.data() + ffn, 2 * ffn, ffn_range.begin, ffn_range.end);
+            for (int64_t t = 0; t < n_rows_; ++t) {
+                float* g = &ffn_[t * 2 * ffn];
+                const float* u = g + ffn;
+                for (int64_t n = ffn_range.begin; n < ffn_range.end; ++n) g[n] = g[n] / (1.0f + std::exp(-g[n])) * u[n];
+            }
+        }
+        pool_.barrier();
+
+        in_down_.prepare_rows(isa_, ffn_.data(), 2 * ffn, static_cast<int>(rows.begin), static_cast<int>(rows.end));
+        pool_.barrier();
+
+        if (dim_range.begin < dim_range.end) {
+            matmul(isa_, L.w_down.type, L.w_down.data, in_down_, proj_.data(), dim, dim_range.begin, dim_range.end);
+            for (int64_t t = 0; t < n_rows_; ++t) {
+                for (int64_t n = dim_range.begin; n < dim_range.end; ++n) x_[t * dim + n] += proj_[t * dim + n];
+            }
+        }
+        pool_.barrier();
+    }
+
+    // Final norm of the rows that need logits, then the classifier.
+    const Range out_rows = split_range(n_out_, ith, nth);
+    for (int64_t o = out_rows.begin; o < out_rows.end; ++o) {
+        rms_norm(&x_[out_row_[static_cast<size_t>(o)] * dim], model_.output_norm().data(), &xout_[o * dim], dim, hp.rms_eps);
+    }
+    in_cls_.prepare_rows(isa_, xout_.data(), dim, static_cast<int>(out_rows.begin), static_cast<int>(out_rows.end));
+    pool_.barrier();
+    const WeightMatrix& cls = model_.classifier();
+    const Range vocab_range = split_range(vocab, ith, nth, kMatmulRowAlign);
+    if (vocab_range.begin < vocab_range.end) {
+        matmul(isa_, cls.type, cls.data, in_cls_, logits_.data(), vocab, vocab_range.begin, vocab_range.end);
+    }
+}
+
+// Causal attention of this thread's rows over their sequences' cached keys
+// and values (grouped-query: n_heads / n_kv_heads query heads share one kv
+// head). Output rows go to xb_ (M, dim).
+void ForwardPass::attention_rows(int ith, int nth, PagedKvCache& kv, int32_t layer) {
+    const LlamaHparams& hp = model_.hparams();
+    const int64_t dim = hp.dim, kvd = hp.kv_dim(), qkv_ld = dim + 2 * kvd;
+    const int32_t hd = hp.head_dim, group = hp.n_heads / hp.n_kv_heads, bs = kv.shape().block_size;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    float* scores = &scores_[static_cast<size_t>(ith) * static_cast<size_t>(n_ctx_max_)];  // (n_ctx)
+    const Range rows = split_range(n_rows_, ith, nth);
+    for (int64_t t = rows.begin; t < rows.end; ++t) {
+        const int32_t seq = row_seq_[static_cast<size_t>(t)], n_pos = row_pos_[static_cast<size_t>(t)] + 1;
+        const int32_t n_blocks = kv.blocks_for(n_pos);
+        for (int32_t h = 0; h < hp.n_heads; ++h) {
+            const float* q = &qkv_[t * qkv_ld + static_cast<int64_t>(h) * hd];
+            const int64_t kv_off = static_cast<int64_t>(h / group) * hd;
+            float max_score = -INFINITY;
+            for (int32_t b = 0; b < n_blocks; ++b) {
+                const float* kb = kv.key_block(seq, layer, b);  // (block_size, kv_dim)
+                const int32_t n = std::min(bs, n_pos - b * bs);
+                for (int32_t j = 0; j < n; ++j) {
+                    const float sc = dot_f32(isa_, q, kb + static_cast<int64_t>(j) * kvd + kv_off, hd) * scale;
+                    scores[b * bs + j] = sc;
+                    max_score = std::max(max_score, sc);
+                }
+            }
+            float sum = 0.0f;
+            for (int32_t p = 0; p < n_pos; ++p) {
+                scores[p] = std::exp(scores[p] - max_score);
+                sum += scores[p];
+            }
+            const float inv = 1.0f / sum;
+            float* out = &xb_[t * dim + static_cast<int64_t>(h) * hd];
+            std::fill(out, out + hd, 0.0f);
+            for (int32_t b = 0; b < n_blocks; ++b) {
+                const float* vb = kv.value_block(seq, layer, b);  // (block_size, kv_dim)
+                const int32_t n = std::min(bs, n_pos - b * bs);
+                for (int32_t j = 0; j < n; ++j) {
+                    axpy_f32(isa_, scores[b * bs + j] * inv, vb + static_cast<int64_t>(j) * kvd + kv_off, out, hd);
+                }
+            }
+        }
+    }
+}
+
+}  // namespace specd

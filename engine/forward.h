@@ -1,0 +1,94 @@
+// The batched CPU forward pass of a Llama model over a paged KV cache: one
+// call runs T_i new tokens for each of S sequences (prefill chunks, single
+// decode steps and k+1-token speculative verifications mix freely) and
+// returns the requested logits. All scratch memory is allocated in the
+// constructor; forward() allocates nothing.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "engine/error.h"
+#include "engine/kernels.h"
+#include "engine/kv_cache.h"
+#include "engine/model.h"
+#include "engine/thread_pool.h"
+
+namespace specd {
+
+// The KV pool has no block left for a sequence's new tokens.
+class KvCacheFull : public Error {
+public:
+    using Error::Error;
+};
+
+struct BatchItem {
+    int32_t seq = -1;                   // KV cache sequence; tokens are appended at its current length
+    std::span<const int32_t> tokens;    // new tokens (at least one)
+    bool all_logits = false;            // logits for every token (verification) or only the last (prefill/decode)
+};
+
+struct ForwardOptions {
+    int32_t max_batch_tokens = 512;  // most tokens in one forward() call (sum over items)
+    int32_t max_logit_rows = 256;    // most logit rows one call may return
+};
+
+class ForwardPass {
+public:
+    ForwardPass(const LlamaModel& model, ThreadPool& pool, ForwardOptions options = {});
+
+    // Runs the batch and returns logits (n_rows, n_vocab), rows in item
+    // order: every token's row for all_logits items, else the last token's.
+    // Each item's sequence grows by its token count. Throws KvCacheFull when
+    // the pool lacks blocks (nothing is appended then), specd::Error for a bad
+    // batch (token out of range, too many tokens, a sequence twice).
+    std::span<const float> forward(PagedKvCache& kv, std::span<const BatchItem> items);
+
+    const LlamaModel& model() const { return model_; }
+    int32_t n_vocab() const { return model_.hparams().n_vocab; }
+    const ForwardOptions& options() const { return options_; }
+    Isa isa() const { return isa_; }
+    ThreadPool& pool() { return pool_; }
+
+    // A KV cache shape for this model with `n_sequences` slots of `n_ctx`
+    // positions each (the pool holds exactly that many blocks).
+    KvCacheShape kv_shape(int32_t n_ctx, int32_t n_sequences, int32_t block_size = 16) const;
+
+private:
+    void run_layers(int ith, int nth, PagedKvCache& kv);
+    void attention_rows(int ith, int nth, PagedKvCache& kv, int32_t layer);
+
+    const LlamaModel& model_;
+    ThreadPool& pool_;
+    ForwardOptions options_;
+    Isa isa_;
+    int32_t n_ctx_max_;  // longest context the RoPE table covers (model's context_length)
+
+    // Per call.
+    int32_t n_rows_ = 0;    // tokens in this batch (M)
+    int32_t n_out_ = 0;     // logit rows (R)
+    std::vector<int32_t> row_token_;  // (M) token id
+    std::vector<int32_t> row_seq_;    // (M) KV sequence
+    std::vector<int32_t> row_pos_;    // (M) absolute position
+    std::vector<int32_t> out_row_;    // (R) row index m of each logit row
+
+    // Scratch, M = max_batch_tokens, R = max_logit_rows.
+    std::vector<float> x_;       // (M, dim) residual stream
+    std::vector<float> xb_;      // (M, dim) normed input / attention output
+    std::vector<float> qkv_;     // (M, dim + 2*kv_dim) q | k | v
+    std::vector<float> proj_;    // (M, dim) output of wo / w_down before the residual add
+    std::vector<float> ffn_;     // (M, 2*ffn_dim) gate | up, then silu(gate)*up in the gate half
+    std::vector<float> xout_;    // (R, dim) normed rows that need logits
+    std::vector<float> logits_;  // (R, n_vocab)
+    std::vector<float> scores_;  // (threads, n_ctx) attention scores per thread
+    std::vector<float> rope_cos_;  // (n_ctx, rope_dim/2)
+    std::vector<float> rope_sin_;  // (n_ctx, rope_dim/2)
+    PreparedInput in_attn_, in_wo_, in_ffn_, in_down_, in_cls_;
+};
+
+// Splits of an output dimension across threads are aligned to this many rows
+// so each thread's kernel sees whole register tiles.
+constexpr int64_t kMatmulRowAlign = 16;
+
+}  // namespace specd

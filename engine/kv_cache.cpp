@@ -1,0 +1,101 @@
+#include "engine/kv_cache.h"
+
+#include <string>
+
+#include "engine/error.h"
+
+namespace specd {
+
+size_t PagedKvCache::pool_bytes(const KvCacheShape& s) {
+    return 2 * static_cast<size_t>(s.n_blocks) * s.n_layers * s.block_size * s.kv_dim * sizeof(float);
+}
+
+PagedKvCache::PagedKvCache(const KvCacheShape& shape) : shape_(shape) {
+    if (shape.n_layers <= 0 || shape.kv_dim <= 0 || shape.block_size <= 0 || shape.n_blocks <= 0 ||
+        shape.max_seq_len <= 0 || shape.max_sequences <= 0) {
+        throw Error("KV cache: every dimension must be positive (layers " + std::to_string(shape.n_layers) +
+                    ", kv_dim " + std::to_string(shape.kv_dim) + ", block_size " + std::to_string(shape.block_size) +
+                    ", blocks " + std::to_string(shape.n_blocks) + ")");
+    }
+    const size_t floats = static_cast<size_t>(shape.n_blocks) * shape.n_layers * shape.block_size * shape.kv_dim;
+    k_pool_.assign(floats, 0.0f);
+    v_pool_.assign(floats, 0.0f);
+    free_list_.reserve(static_cast<size_t>(shape.n_blocks));
+    for (int32_t b = shape.n_blocks - 1; b >= 0; --b) free_list_.push_back(b);
+    seqs_.resize(static_cast<size_t>(shape.max_sequences));
+    for (Sequence& s : seqs_) s.blocks.reserve(static_cast<size_t>(blocks_for(shape.max_seq_len)));
+    for (int32_t i = shape.max_sequences - 1; i >= 0; --i) free_slots_.push_back(i);
+}
+
+PagedKvCache::Sequence& PagedKvCache::checked(int32_t seq) {
+    if (seq < 0 || seq >= shape_.max_sequences || !seqs_[static_cast<size_t>(seq)].active) {
+        throw Error("KV cache: unknown sequence " + std::to_string(seq));
+    }
+    return seqs_[static_cast<size_t>(seq)];
+}
+
+bool PagedKvCache::is_active(int32_t seq) const {
+    return seq >= 0 && seq < shape_.max_sequences && seqs_[static_cast<size_t>(seq)].active;
+}
+
+int32_t PagedKvCache::create_sequence() {
+    if (free_slots_.empty()) {
+        throw Error("KV cache: all " + std::to_string(shape_.max_sequences) + " sequence slots are in use");
+    }
+    const int32_t id = free_slots_.back();
+    free_slots_.pop_back();
+    Sequence& s = seqs_[static_cast<size_t>(id)];
+    s.active = true;
+    s.length = 0;
+    s.blocks.clear();
+    ++active_count_;
+    return id;
+}
+
+void PagedKvCache::free_sequence(int32_t seq) {
+    Sequence& s = checked(seq);
+    for (int32_t b : s.blocks) free_list_.push_back(b);
+    s.blocks.clear();
+    s.length = 0;
+    s.active = false;
+    free_slots_.push_back(seq);
+    --active_count_;
+}
+
+bool PagedKvCache::reserve(int32_t seq, int32_t n_positions) {
+    Sequence& s = checked(seq);
+    if (n_positions > shape_.max_seq_len) {
+        throw Error("KV cache: " + std::to_string(n_positions) + " positions exceed the context size " +
+                    std::to_string(shape_.max_seq_len));
+    }
+    const int32_t need = blocks_for(n_positions) - static_cast<int32_t>(s.blocks.size());
+    if (need <= 0) return true;
+    if (need > free_blocks()) return false;
+    for (int32_t i = 0; i < need; ++i) {
+        s.blocks.push_back(free_list_.back());
+        free_list_.pop_back();
+    }
+    return true;
+}
+
+void PagedKvCache::set_length(int32_t seq, int32_t n) {
+    Sequence& s = checked(seq);
+    if (n < 0 || n > static_cast<int32_t>(s.blocks.size()) * shape_.block_size) {
+        throw Error("KV cache: length " + std::to_string(n) + " is beyond the reserved blocks of sequence " +
+                    std::to_string(seq));
+    }
+    s.length = n;
+}
+
+void PagedKvCache::truncate(int32_t seq, int32_t n) {
+    Sequence& s = checked(seq);
+    if (n < 0) n = 0;
+    if (n < s.length) s.length = n;
+    const size_t keep = static_cast<size_t>(blocks_for(s.length));
+    while (s.blocks.size() > keep) {
+        free_list_.push_back(s.blocks.back());
+        s.blocks.pop_back();
+    }
+}
+
+}  // namespace specd

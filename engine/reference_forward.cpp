@@ -1,0 +1,118 @@
+#include "engine/reference_forward.h"
+
+#include <cmath>
+#include <string>
+
+#include "engine/error.h"
+
+namespace specd {
+
+ReferenceForward::ReferenceForward(const LlamaModel& model, int32_t n_ctx) : model_(model), n_ctx_(n_ctx) {
+    const LlamaHparams& hp = model.hparams();
+    const size_t dim = static_cast<size_t>(hp.dim), kv = static_cast<size_t>(hp.kv_dim());
+    x_.resize(dim);
+    xb_.resize(dim);
+    q_.resize(dim);
+    att_out_.resize(dim);
+    tmp_.resize(dim);
+    hb_.resize(static_cast<size_t>(hp.ffn_dim));
+    hb2_.resize(static_cast<size_t>(hp.ffn_dim));
+    scores_.resize(static_cast<size_t>(n_ctx));
+    row_.resize(static_cast<size_t>(std::max(hp.dim, hp.ffn_dim)));
+    key_cache_.resize(static_cast<size_t>(hp.n_layers) * n_ctx * kv);
+    value_cache_.resize(static_cast<size_t>(hp.n_layers) * n_ctx * kv);
+    logits_.resize(static_cast<size_t>(hp.n_vocab));
+}
+
+void ReferenceForward::matvec(const WeightMatrix& w, const float* x, float* out) {
+    for (int64_t n = 0; n < w.rows; ++n) {
+        dequantize_row(w.type, w.row(n), row_.data(), w.cols);
+        double acc = 0.0;
+        for (int64_t k = 0; k < w.cols; ++k) acc += static_cast<double>(row_[k]) * x[k];
+        out[n] = static_cast<float>(acc);
+    }
+}
+
+const std::vector<float>& ReferenceForward::step(int32_t token) {
+    const LlamaHparams& hp = model_.hparams();
+    if (pos_ >= n_ctx_) throw Error("reference forward: context of " + std::to_string(n_ctx_) + " is full");
+    if (token < 0 || token >= hp.n_vocab) throw Error("reference forward: token out of range");
+    const int32_t dim = hp.dim, kvd = hp.kv_dim(), hd = hp.head_dim, ffn = hp.ffn_dim;
+    const int32_t group = hp.n_heads / hp.n_kv_heads;
+
+    auto rmsnorm = [&](const float* x, const std::vector<float>& w, float* out) {
+        double ss = 0.0;
+        for (int32_t i = 0; i < dim; ++i) ss += static_cast<double>(x[i]) * x[i];
+        const double scale = 1.0 / std::sqrt(ss / dim + hp.rms_eps);
+        for (int32_t i = 0; i < dim; ++i) out[i] = static_cast<float>(x[i] * scale * w[static_cast<size_t>(i)]);
+    };
+    auto rope = [&](float* v, int32_t n_heads) {
+        for (int32_t h = 0; h < n_heads; ++h) {
+            for (int32_t i = 0; i < hp.rope_dim / 2; ++i) {
+                const double theta = pos_ * std::pow(static_cast<double>(hp.rope_freq_base), -2.0 * i / hp.rope_dim);
+                const double c = std::cos(theta), s = std::sin(theta);
+                float* p = v + h * hd + 2 * i;
+                const double x0 = p[0], x1 = p[1];
+                p[0] = static_cast<float>(x0 * c - x1 * s);
+                p[1] = static_cast<float>(x0 * s + x1 * c);
+            }
+        }
+    };
+
+    const WeightMatrix& embd = model_.token_embedding();
+    dequantize_row(embd.type, embd.row(token), x_.data(), dim);
+
+    for (int32_t l = 0; l < hp.n_layers; ++l) {
+        const LlamaLayer& L = model_.layers()[static_cast<size_t>(l)];
+        float* kc = &key_cache_[(static_cast<size_t>(l) * n_ctx_ + pos_) * kvd];
+        float* vc = &value_cache_[(static_cast<size_t>(l) * n_ctx_ + pos_) * kvd];
+        rmsnorm(x_.data(), L.attn_norm, xb_.data());
+        matvec(L.wq, xb_.data(), q_.data());
+        matvec(L.wk, xb_.data(), kc);
+        matvec(L.wv, xb_.data(), vc);
+        rope(q_.data(), hp.n_heads);
+        rope(kc, hp.n_kv_heads);
+        for (int32_t h = 0; h < hp.n_heads; ++h) {
+            const float* q = &q_[static_cast<size_t>(h) * hd];
+            const size_t kv_off = static_cast<size_t>(h / group) * hd;
+            double max_score = -INFINITY;
+            for (int32_t t = 0; t <= pos_; ++t) {
+                const float* k = &key_cache_[(static_cast<size_t>(l) * n_ctx_ + t) * kvd + kv_off];
+                double s = 0.0;
+                for (int32_t i = 0; i < hd; ++i) s += static_cast<double>(q[i]) * k[i];
+                scores_[static_cast<size_t>(t)] = static_cast<float>(s / std::sqrt(static_cast<double>(hd)));
+                max_score = std::max(max_score, static_cast<double>(scores_[static_cast<size_t>(t)]));
+            }
+            double sum = 0.0;
+            for (int32_t t = 0; t <= pos_; ++t) {
+                scores_[static_cast<size_t>(t)] = static_cast<float>(std::exp(scores_[static_cast<size_t>(t)] - max_score));
+                sum += scores_[static_cast<size_t>(t)];
+            }
+            for (int32_t i = 0; i < hd; ++i) {
+                double acc = 0.0;
+                for (int32_t t = 0; t <= pos_; ++t) {
+                    acc += scores_[static_cast<size_t>(t)] / sum *
+                           value_cache_[(static_cast<size_t>(l) * n_ctx_ + t) * kvd + kv_off + i];
+                }
+                att_out_[static_cast<size_t>(h) * hd + i] = static_cast<float>(acc);
+            }
+        }
+        matvec(L.wo, att_out_.data(), tmp_.data());
+        for (int32_t i = 0; i < dim; ++i) x_[static_cast<size_t>(i)] += tmp_[static_cast<size_t>(i)];
+        rmsnorm(x_.data(), L.ffn_norm, xb_.data());
+        matvec(L.w_gate, xb_.data(), hb_.data());
+        matvec(L.w_up, xb_.data(), hb2_.data());
+        for (int32_t i = 0; i < ffn; ++i) {
+            const float g = hb_[static_cast<size_t>(i)];
+            hb_[static_cast<size_t>(i)] = static_cast<float>(g / (1.0 + std::exp(-static_cast<double>(g)))) * hb2_[static_cast<size_t>(i)];
+        }
+        matvec(L.w_down, hb_.data(), tmp_.data());
+        for (int32_t i = 0; i < dim; ++i) x_[static_cast<size_t>(i)] += tmp_[static_cast<size_t>(i)];
+    }
+    rmsnorm(x_.data(), model_.output_norm(), xb_.data());
+    matvec(model_.classifier(), xb_.data(), logits_.data());
+    ++pos_;
+    return logits_;
+}
+
+}  // namespace specd

@@ -1,0 +1,95 @@
+#include "engine/thread_pool.h"
+
+#include <algorithm>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define SPECD_CPU_RELAX() _mm_pause()
+#else
+#define SPECD_CPU_RELAX() ((void)0)
+#endif
+
+namespace specd {
+
+namespace {
+// Spin this many rounds before yielding / sleeping: a token's phases are a
+// few microseconds apart, so spinning is what keeps the barrier cheap; the
+// fallback keeps an oversubscribed machine (CI, sanitizers) from crawling.
+constexpr int kSpinRounds = 1 << 14;
+}  // namespace
+
+ThreadPool::ThreadPool(int n_threads) : n_threads_(std::max(1, n_threads)) {
+    workers_.reserve(n_threads_ - 1);
+    for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+}
+
+ThreadPool::~ThreadPool() {
+    stopping_.store(true, std::memory_order_release);
+    job_generation_.fetch_add(1, std::memory_order_acq_rel);
+    job_generation_.notify_all();
+    for (auto& t : workers_) t.join();
+}
+
+int ThreadPool::hardware_threads() {
+    unsigned n = std::thread::hardware_concurrency();
+    return n == 0 ? 1 : static_cast<int>(n);
+}
+
+void ThreadPool::run_impl(JobFn fn, void* ctx) {
+    if (n_threads_ == 1) {
+        fn(ctx, 0, 1);
+        return;
+    }
+    job_fn_ = fn;
+    job_ctx_ = ctx;
+    jobs_pending_.store(n_threads_ - 1, std::memory_order_relaxed);
+    job_generation_.fetch_add(1, std::memory_order_acq_rel);
+    job_generation_.notify_all();
+    fn(ctx, 0, n_threads_);
+    for (int spin = 0; jobs_pending_.load(std::memory_order_acquire) != 0; ++spin) {
+        if (spin < kSpinRounds) SPECD_CPU_RELAX(); else std::this_thread::yield();
+    }
+}
+
+void ThreadPool::worker_loop(int ith) {
+    uint64_t seen = 0;
+    for (;;) {
+        uint64_t gen = job_generation_.load(std::memory_order_acquire);
+        for (int spin = 0; gen == seen; ++spin) {
+            if (spin < kSpinRounds) {
+                SPECD_CPU_RELAX();
+            } else {
+                job_generation_.wait(gen, std::memory_order_acquire);
+            }
+            gen = job_generation_.load(std::memory_order_acquire);
+        }
+        seen = gen;
+        if (stopping_.load(std::memory_order_acquire)) return;
+        job_fn_(job_ctx_, ith, n_threads_);
+        jobs_pending_.fetch_sub(1, std::memory_order_acq_rel);
+    }
+}
+
+void ThreadPool::barrier() {
+    if (n_threads_ == 1) return;
+    const uint32_t sense = barrier_sense_.load(std::memory_order_acquire);
+    if (barrier_count_.fetch_add(1, std::memory_order_acq_rel) == n_threads_ - 1) {
+        barrier_count_.store(0, std::memory_order_relaxed);
+        barrier_sense_.store(sense + 1, std::memory_order_release);
+        return;
+    }
+    for (int spin = 0; barrier_sense_.load(std::memory_order_acquire) == sense; ++spin) {
+        if (spin < kSpinRounds) SPECD_CPU_RELAX(); else std::this_thread::yield();
+    }
+}
+
+Range split_range(int64_t n, int ith, int nth, int64_t align) {
+    if (align < 1) align = 1;
+    const int64_t units = (n + align - 1) / align;
+    const int64_t per = units / nth, extra = units % nth;
+    const int64_t ubegin = ith * per + std::min<int64_t>(ith, extra);
+    const int64_t uend = ubegin + per + (ith < extra ? 1 : 0);
+    return {std::min(n, ubegin * align), std::min(n, uend * align)};
+}
+
+}  // namespace specd

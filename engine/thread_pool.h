@@ -1,0 +1,65 @@
+// A persistent pool of worker threads that run one SPMD job at a time: every
+// thread (the caller is thread 0) runs the same function with its index and
+// synchronises with barrier(). The forward pass is one such job per call, so
+// a token costs one wake-up plus a few spin barriers, and nothing allocates.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <thread>
+#include <vector>
+
+namespace specd {
+
+class ThreadPool {
+public:
+    // n_threads: total threads including the caller (>= 1).
+    explicit ThreadPool(int n_threads);
+    ~ThreadPool();
+    ThreadPool(const ThreadPool&) = delete;
+    ThreadPool& operator=(const ThreadPool&) = delete;
+
+    int size() const { return n_threads_; }
+
+    // Runs job(thread_index, n_threads) on every thread and returns when all
+    // are done. Not reentrant: one job at a time per pool.
+    template <class Fn>
+    void run(Fn&& job) {
+        run_impl(&invoke<std::remove_reference_t<Fn>>, &job);
+    }
+
+    // Called by every thread of the running job; returns when all arrived.
+    void barrier();
+
+    // Threads the hardware offers (at least 1).
+    static int hardware_threads();
+
+private:
+    using JobFn = void (*)(void* ctx, int ith, int nth);
+    template <class Fn>
+    static void invoke(void* ctx, int ith, int nth) { (*static_cast<Fn*>(ctx))(ith, nth); }
+
+    void run_impl(JobFn fn, void* ctx);
+    void worker_loop(int ith);
+
+    int n_threads_;
+    std::vector<std::thread> workers_;
+    JobFn job_fn_ = nullptr;
+    void* job_ctx_ = nullptr;
+    std::atomic<uint64_t> job_generation_{0};  // bumped to start a job
+    std::atomic<int> jobs_pending_{0};          // workers still running the job
+    std::atomic<bool> stopping_{false};
+    // Sense-reversing barrier.
+    alignas(64) std::atomic<int> barrier_count_{0};
+    alignas(64) std::atomic<uint32_t> barrier_sense_{0};
+};
+
+// [begin, end) of n items for thread ith of nth, chunk boundaries rounded to
+// multiples of `align` (the last chunk takes the remainder).
+struct Range {
+    int64_t begin;
+    int64_t end;
+};
+Range split_range(int64_t n, int ith, int nth, int64_t align = 1);
+
+}  // namespace specd

@@ -1,0 +1,196 @@
+// The fast batched forward pass against itself (batched vs one token at a
+// time, mixed batches, rollback) and against the scalar reference.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <memory>
+#include <vector>
+
+#include "engine/forward.h"
+#include "engine/reference_forward.h"
+#include "support/models.h"
+
+using namespace specd;
+
+namespace {
+
+std::unique_ptr<LlamaModel> load(const std::string& file) {
+    INFO("model " << test::model_path(file) << " (run tools/fetch-model.sh)");
+    REQUIRE(test::model_exists(file));
+    return LlamaModel::load(test::model_path(file));
+}
+
+float max_abs_diff(const float* a, const float* b, size_t n) {
+    float m = 0.0f;
+    for (size_t i = 0; i < n; ++i) m = std::max(m, std::fabs(a[i] - b[i]));
+    return m;
+}
+
+float max_abs(const float* a, size_t n) {
+    float m = 0.0f;
+    for (size_t i = 0; i < n; ++i) m = std::max(m, std::fabs(a[i]));
+    return m;
+}
+
+int32_t argmax(const float* a, size_t n) { return static_cast<int32_t>(std::max_element(a, a + n) - a); }
+
+std::vector<float> forward_one(ForwardPass& fwd, PagedKvCache& kv, int32_t seq, std::span<const int32_t> tokens,
+                               bool all) {
+    BatchItem item;
+    item.seq = seq;
+    item.tokens = tokens;
+    item.all_logits = all;
+    auto logits = fwd.forward(kv, std::span<const BatchItem>(&item, 1));
+    return {logits.begin(), logits.end()};
+}
+
+const std::vector<int32_t> kTokens = {1, 9038, 2501, 263, 931, 29892, 727, 471, 263, 2217, 7826, 4257, 365, 2354};
+
+}  // namespace
+
+TEST_CASE("forward f32: a batch of T tokens gives the same logits as T single-token steps", "[forward]") {
+    auto model = load("stories15M-f32.gguf");
+    ThreadPool pool(2);
+    ForwardPass fwd(*model, pool);
+    PagedKvCache kv(fwd.kv_shape(model->hparams().n_ctx_train, 2));
+    const size_t V = static_cast<size_t>(fwd.n_vocab());
+    const int32_t batched = kv.create_sequence(), stepped = kv.create_sequence();
+    const std::vector<float> all = forward_one(fwd, kv, batched, kTokens, true);
+    REQUIRE(all.size() == kTokens.size() * V);
+    for (size_t t = 0; t < kTokens.size(); ++t) {
+        const std::vector<float> one = forward_one(fwd, kv, stepped, std::span<const int32_t>(&kTokens[t], 1), false);
+        INFO("position " << t);
+        CHECK(max_abs_diff(&all[t * V], one.data(), V) < 1e-4f);
+    }
+    CHECK(kv.length(batched) == static_cast<int32_t>(kTokens.size()));
+}
+
+TEST_CASE("forward: sequences batched together give the same logits as each alone", "[forward]") {
+    auto model = load("stories15M-f32.gguf");
+    ThreadPool pool(2);
+    ForwardPass fwd(*model, pool);
+    PagedKvCache kv(fwd.kv_shape(64, 4));
+    const size_t V = static_cast<size_t>(fwd.n_vocab());
+    const std::span<const int32_t> all(kTokens);
+    const int32_t a = kv.create_sequence(), b = kv.create_sequence(), ra = kv.create_sequence(), rb = kv.create_sequence();
+    // Alone: a = first 5 then 3 more (all logits); b = first 9 then 1 more.
+    forward_one(fwd, kv, ra, all.subspan(0, 5), false);
+    const std::vector<float> alone_a = forward_one(fwd, kv, ra, all.subspan(5, 3), true);
+    forward_one(fwd, kv, rb, all.subspan(0, 9), false);
+    const std::vector<float> alone_b = forward_one(fwd, kv, rb, all.subspan(9, 1), false);
+    // Together: prefill both in one batch, then both continuations in one batch.
+    BatchItem first[2] = {{a, all.subspan(0, 5), false}, {b, all.subspan(0, 9), false}};
+    fwd.forward(kv, first);
+    BatchItem second[2] = {{a, all.subspan(5, 3), true}, {b, all.subspan(9, 1), false}};
+    auto together = fwd.forward(kv, second);
+    REQUIRE(together.size() == 4 * V);
+    CHECK(max_abs_diff(together.data(), alone_a.data(), 3 * V) < 1e-4f);
+    CHECK(max_abs_diff(together.data() + 3 * V, alone_b.data(), V) < 1e-4f);
+}
+
+TEST_CASE("forward: truncating the KV cache and decoding again reproduces the logits", "[forward]") {
+    for (const char* file : {"stories15M-f32.gguf", "stories15M-q4_0.gguf"}) {
+        auto model = load(file);
+        ThreadPool pool(2);
+        ForwardPass fwd(*model, pool);
+        PagedKvCache kv(fwd.kv_shape(64, 1));
+        const size_t V = static_cast<size_t>(fwd.n_vocab());
+        const std::span<const int32_t> all(kTokens);
+        const int32_t s = kv.create_sequence();
+        forward_one(fwd, kv, s, all.subspan(0, 6), false);
+        const int32_t used_before = kv.used_blocks();
+        const std::vector<float> first = forward_one(fwd, kv, s, all.subspan(6, 8), true);
+        // Roll back past a block boundary (14 -> 6 positions), then again.
+        kv.truncate(s, 6);
+        CHECK(kv.used_blocks() == used_before);
+        const std::vector<float> again = forward_one(fwd, kv, s, all.subspan(6, 8), true);
+        INFO(file);
+        CHECK(max_abs_diff(first.data(), again.data(), 8 * V) < 1e-5f);
+        // A rejected continuation, then the accepted one: same as a straight decode.
+        kv.truncate(s, 6);
+        const int32_t wrong[3] = {400, 500, 600};
+        forward_one(fwd, kv, s, wrong, true);
+        kv.truncate(s, 6);
+        const std::vector<float> after_reject = forward_one(fwd, kv, s, all.subspan(6, 8), true);
+        CHECK(max_abs_diff(first.data(), after_reject.data(), 8 * V) < 1e-5f);
+    }
+}
+
+TEST_CASE("forward: fast path agrees with the scalar reference for every weight type", "[forward]") {
+    struct Case {
+        const char* file;
+        float rel_tol;  // max |diff| relative to max |logit|
+    };
+    // f32: only summation order differs. Quantised weights: the fast path
+    // also quantises activations to q8_0 (as ggml does), the reference does not.
+    for (const Case c : {Case{"stories15M-f32.gguf", 1e-4f}, Case{"stories15M-q8_0.gguf", 0.03f},
+                         Case{"stories15M-q4_0.gguf", 0.06f}}) {
+        auto model = load(c.file);
+        ThreadPool pool(2);
+        ForwardPass fwd(*model, pool);
+        PagedKvCache kv(fwd.kv_shape(32, 1));
+        ReferenceForward ref(*model, 32);
+        const size_t V = static_cast<size_t>(fwd.n_vocab());
+        const int32_t s = kv.create_sequence();
+        const std::vector<float> fast = forward_one(fwd, kv, s, std::span<const int32_t>(kTokens).subspan(0, 8), true);
+        int agree = 0;
+        for (size_t t = 0; t < 8; ++t) {
+            const std::vector<float>& r = ref.step(kTokens[t]);
+            INFO(c.file << " position " << t);
+            CHECK(max_abs_diff(&fast[t * V], r.data(), V) <= c.rel_tol * max_abs(r.data(), V));
+            agree += argmax(&fast[t * V], V) == argmax(r.data(), V);
+        }
+        CHECK(agree >= 7);
+    }
+}
+
+TEST_CASE("forward: every ISA the CPU has gives the same logits as the scalar kernels", "[forward]") {
+    auto model = load("stories15M-q8_0.gguf");
+    ThreadPool pool(2);
+    std::vector<std::vector<float>> results;
+    for (const char* isa : {"scalar", "avx2", "avx512"}) {
+        setenv("SPECD_ISA", isa, 1);
+        ForwardPass fwd(*model, pool);
+        unsetenv("SPECD_ISA");
+        if (std::string(isa_name(fwd.isa())) != isa) {
+            WARN("skipping ISA " << isa << ": this CPU lacks it");
+            continue;
+        }
+        PagedKvCache kv(fwd.kv_shape(32, 1));
+        results.push_back(forward_one(fwd, kv, kv.create_sequence(), std::span<const int32_t>(kTokens).subspan(0, 6), true));
+    }
+    REQUIRE(!results.empty());
+    for (size_t i = 1; i < results.size(); ++i) {
+        CHECK(max_abs_diff(results[0].data(), results[i].data(), results[0].size()) <=
+              1e-3f * max_abs(results[0].data(), results[0].size()));
+    }
+}
+
+TEST_CASE("forward: bad batches are refused with a clear error and leave the cache unchanged", "[forward]") {
+    auto model = load("stories15M-f32.gguf");
+    ThreadPool pool(1);
+    ForwardOptions opt;
+    opt.max_batch_tokens = 32;
+    ForwardPass fwd(*model, pool, opt);
+    KvCacheShape shape = fwd.kv_shape(48, 2);
+    shape.n_blocks = 3;  // 48 positions in all
+    PagedKvCache kv(shape);
+    const int32_t a = kv.create_sequence(), b = kv.create_sequence();
+    const int32_t bad_token[1] = {32000};
+    CHECK_THROWS_WITH(forward_one(fwd, kv, a, bad_token, false), Catch::Contains("outside the vocabulary"));
+    std::vector<int32_t> many(33, 5);
+    CHECK_THROWS_WITH(forward_one(fwd, kv, a, many, false), Catch::Contains("more than 32 tokens"));
+    std::vector<int32_t> thirty(30, 5);
+    forward_one(fwd, kv, a, thirty, false);  // 2 blocks
+    CHECK_THROWS_AS(forward_one(fwd, kv, b, thirty, false), KvCacheFull);
+    CHECK(kv.length(b) == 0);
+    CHECK(kv.used_blocks() == 2);
+    std::vector<int32_t> rest(19, 5);
+    CHECK_THROWS_WITH(forward_one(fwd, kv, a, rest, false), Catch::Contains("beyond the context size 48"));
+    CHECK(kv.length(a) == 30);
+    BatchItem twice[2] = {{a, std::span<const int32_t>(thirty).subspan(0, 1), false},
+                          {a, std::span<const int32_t>(thirty).subspan(0, 1), false}};
+    CHECK_THROWS_WITH(fwd.forward(kv, twice), Catch::Contains("twice in one batch"));
+}

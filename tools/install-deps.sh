@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs the Debian packages specd builds and tests with (idempotent; only
+# runs apt-get when something is missing). Needs root or sudo.
+set -euo pipefail
+packages=(build-essential cmake ninja-build pkg-config catch2 libcli11-dev nlohmann-json3-dev
+          libspdlog-dev libfmt-dev clang-14 libclang-rt-14-dev nodejs npm ca-certificates)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+# nodejs from another source may already provide npm.
+if command -v npm >/dev/null 2>&1; then
+  missing=("${missing[@]/npm}")
+fi
+read -r -a missing <<<"${missing[*]:-}"
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all packages present"
+  exit 0
+fi
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+echo "install-deps: installing ${missing[*]}"
+$sudo apt-get update -q
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"

@@ -1,0 +1,247 @@
+// `specd generate` (llama-cli's flag names) and `specd bench` (a llama-bench
+// style table of prompt-processing and generation speed).
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/error.h"
+#include "engine/generate.h"
+#include "engine/model.h"
+#include "tools/specd/commands.h"
+
+namespace specd::cli {
+
+namespace {
+
+struct GenerateOptions {
+    std::string model;
+    std::string prompt = "Once upon a time";
+    int32_t n_predict = 128;
+    int32_t threads = ThreadPool::hardware_threads();
+    int32_t ctx = 0;  // 0: the model's context_length
+    SamplingParams sampling;
+    bool json = false;
+    bool no_bos = false;
+};
+
+void check_threads(int32_t threads) {
+    if (threads < 1 || threads > 512) throw Error("-t/--threads must be in 1..512, got " + std::to_string(threads));
+}
+
+int32_t resolve_ctx(int32_t requested, const LlamaModel& model) {
+    const int32_t train = model.hparams().n_ctx_train;
+    if (requested < 0) throw Error("-c/--ctx-size must be >= 0, got " + std::to_string(requested));
+    if (requested == 0) return train;
+    if (requested > train) {
+        throw Error("-c/--ctx-size " + std::to_string(requested) + " exceeds the model's context_length " +
+                    std::to_string(train));
+    }
+    return requested;
+}
+
+void run_generate(const GenerateOptions& o) {
+    check_threads(o.threads);
+    if (o.n_predict < 0) throw Error("-n/--n-predict must be >= 0, got " + std::to_string(o.n_predict));
+    o.sampling.validate();
+    const std::unique_ptr<LlamaModel> model = LlamaModel::load(o.model);
+    const int32_t n_ctx = resolve_ctx(o.ctx, *model);
+    const Tokenizer& tok = model->tokenizer();
+    const std::vector<int32_t> prompt = tok.encode(o.prompt, tok.add_bos() && !o.no_bos);
+    check_prompt_fits(prompt.size(), n_ctx);
+
+    ThreadPool pool(o.threads);
+    ForwardPass fwd(*model, pool);
+    PagedKvCache kv(fwd.kv_shape(n_ctx, 1));
+    PlainDecoder decoder(fwd, kv);
+    GenerationParams params;
+    params.max_tokens = o.n_predict;
+    params.sampling = o.sampling;
+
+    Tokenizer::StreamDecoder stream(tok);
+    std::string text;
+    if (!o.json) {
+        std::fputs(o.prompt.c_str(), stdout);
+        std::fflush(stdout);
+    }
+    const GenerationResult r = decoder.generate(prompt, params, [&](int32_t id) {
+        const std::string piece = stream.push(id);
+        text += piece;
+        if (!o.json) {
+            std::fputs(piece.c_str(), stdout);
+            std::fflush(stdout);
+        }
+        return true;
+    });
+    const std::string tail = stream.flush();
+    text += tail;
+    const double prompt_tps = r.prompt_ms > 0 ? 1000.0 * r.n_prompt / r.prompt_ms : 0.0;
+    if (o.json) {
+        nlohmann::json j;
+        j["text"] = text;
+        j["tokens"] = r.tokens;
+        j["n_prompt"] = r.n_prompt;
+        j["n_generated"] = r.tokens.size();
+        j["prompt_ms"] = r.prompt_ms;
+        j["gen_ms"] = r.gen_ms;
+        j["tokens_per_s"] = r.tokens_per_s();
+        j["stop"] = stop_reason_name(r.stop);
+        std::printf("%s\n", j.dump().c_str());
+    } else {
+        std::printf("%s\n", tail.c_str());
+        std::fprintf(stderr,
+                     "specd: prompt %d tokens in %.1f ms (%.0f t/s) | generated %zu tokens in %.1f ms (%.1f t/s) | "
+                     "stop: %s | %s %s, %d threads, %s\n",
+                     r.n_prompt, r.prompt_ms, prompt_tps, r.tokens.size(), r.gen_ms, r.tokens_per_s(),
+                     stop_reason_name(r.stop), model->name().c_str(), tensor_type_name(model->weight_type()),
+                     o.threads, isa_name(fwd.isa()));
+    }
+}
+
+// ------------------------------------------------------------------ bench ---
+
+struct BenchOptions {
+    std::vector<std::string> models;
+    std::vector<int32_t> threads{ThreadPool::hardware_threads()};
+    int32_t n_prompt = 128;
+    int32_t n_gen = 128;
+    int32_t repetitions = 5;
+    bool json = false;
+};
+
+struct Stat {
+    double mean = 0, sd = 0, median = 0;
+};
+
+Stat stats(std::vector<double> v) {
+    Stat s;
+    if (v.empty()) return s;
+    for (double x : v) s.mean += x;
+    s.mean /= static_cast<double>(v.size());
+    for (double x : v) s.sd += (x - s.mean) * (x - s.mean);
+    s.sd = v.size() > 1 ? std::sqrt(s.sd / static_cast<double>(v.size() - 1)) : 0.0;
+    std::sort(v.begin(), v.end());
+    s.median = v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+    return s;
+}
+
+// One timed run: pp feeds n tokens as one batch (logits of the last only, as
+// llama-bench does); tg feeds n tokens one at a time from an empty cache.
+double bench_once(ForwardPass& fwd, PagedKvCache& kv, int32_t n, bool prompt_processing) {
+    const int32_t vocab = fwd.n_vocab();
+    std::vector<int32_t> tokens(static_cast<size_t>(n));
+    for (int32_t i = 0; i < n; ++i) tokens[static_cast<size_t>(i)] = 1 + (i * 7919) % (vocab - 1);
+    const int32_t seq = kv.create_sequence();
+    const double t0 = now_ms();
+    if (prompt_processing) {
+        for (int32_t begin = 0; begin < n; begin += fwd.options().max_batch_tokens) {
+            BatchItem item;
+            item.seq = seq;
+            item.tokens = std::span<const int32_t>(tokens).subspan(
+                static_cast<size_t>(begin), static_cast<size_t>(std::min(fwd.options().max_batch_tokens, n - begin)));
+            fwd.forward(kv, std::span<const BatchItem>(&item, 1));
+        }
+    } else {
+        for (int32_t i = 0; i < n; ++i) {
+            BatchItem item;
+            item.seq = seq;
+            item.tokens = std::span<const int32_t>(&tokens[static_cast<size_t>(i)], 1);
+            fwd.forward(kv, std::span<const BatchItem>(&item, 1));
+        }
+    }
+    const double ms = now_ms() - t0;
+    kv.free_sequence(seq);
+    return 1000.0 * n / ms;
+}
+
+void run_bench(const BenchOptions& o) {
+    if (o.models.empty()) throw Error("bench: give at least one model with -m");
+    if (o.repetitions < 1) throw Error("-r/--repetitions must be >= 1");
+    if (o.n_prompt < 0 || o.n_gen < 0) throw Error("-p and -n must be >= 0");
+    for (int32_t t : o.threads) check_threads(t);
+    nlohmann::json rows = nlohmann::json::array();
+    if (!o.json) {
+        std::printf("| model | type | size | threads | isa | test | t/s (mean ± sd) | median |\n");
+        std::printf("| --- | --- | ---: | ---: | --- | --- | ---: | ---: |\n");
+    }
+    for (const std::string& path : o.models) {
+        const std::unique_ptr<LlamaModel> model = LlamaModel::load(path);
+        const int32_t n_ctx = model->hparams().n_ctx_train;
+        for (int32_t threads : o.threads) {
+            ThreadPool pool(threads);
+            ForwardPass fwd(*model, pool);
+            PagedKvCache kv(fwd.kv_shape(n_ctx, 1));
+            struct Test {
+                std::string name;
+                int32_t n;
+                bool pp;
+            };
+            std::vector<Test> tests;
+            if (o.n_prompt > 0) tests.push_back({"pp" + std::to_string(o.n_prompt), o.n_prompt, true});
+            if (o.n_gen > 0) tests.push_back({"tg" + std::to_string(o.n_gen), o.n_gen, false});
+            for (const Test& t : tests) {
+                if (t.n > n_ctx) throw Error("bench: " + t.name + " does not fit the context of " + std::to_string(n_ctx));
+                bench_once(fwd, kv, t.n, t.pp);  // warm-up
+                std::vector<double> tps;
+                for (int32_t r = 0; r < o.repetitions; ++r) tps.push_back(bench_once(fwd, kv, t.n, t.pp));
+                const Stat s = stats(tps);
+                const double mib = static_cast<double>(model->weight_bytes()) / (1024.0 * 1024.0);
+                if (o.json) {
+                    rows.push_back({{"model", model->name()}, {"type", tensor_type_name(model->weight_type())},
+                                    {"weight_bytes", model->weight_bytes()}, {"threads", threads},
+                                    {"isa", isa_name(fwd.isa())}, {"test", t.name}, {"tokens_per_s", tps},
+                                    {"mean", s.mean}, {"sd", s.sd}, {"median", s.median}});
+                } else {
+                    std::printf("| %s | %s | %.2f MiB | %d | %s | %s | %.2f ± %.2f | %.2f |\n", model->name().c_str(),
+                                tensor_type_name(model->weight_type()), mib, threads, isa_name(fwd.isa()),
+                                t.name.c_str(), s.mean, s.sd, s.median);
+                    std::fflush(stdout);
+                }
+            }
+        }
+    }
+    if (o.json) std::printf("%s\n", rows.dump(2).c_str());
+}
+
+void add_sampling_flags(CLI::App* cmd, SamplingParams& s) {
+    cmd->add_option("--temp", s.temperature, "temperature; 0 = greedy")->capture_default_str();
+    cmd->add_option("--top-k", s.top_k, "top-k sampling; 0 = off")->capture_default_str();
+    cmd->add_option("--top-p", s.top_p, "top-p sampling; 1.0 = off")->capture_default_str();
+    cmd->add_option("--min-p", s.min_p, "min-p sampling; 0.0 = off")->capture_default_str();
+    cmd->add_option("--repeat-penalty", s.repeat_penalty, "penalise repeated tokens; 1.0 = off")->capture_default_str();
+    cmd->add_option("--repeat-last-n", s.repeat_last_n, "last n tokens the penalty looks at")->capture_default_str();
+    cmd->add_option("-s,--seed", s.seed, "RNG seed (default: random)");
+}
+
+}  // namespace
+
+void register_generate_commands(CLI::App& app) {
+    auto gen = std::make_shared<GenerateOptions>();
+    CLI::App* g = app.add_subcommand("generate", "generate text from a prompt");
+    g->add_option("-m,--model", gen->model, "GGUF model file")->required();
+    g->add_option("-p,--prompt", gen->prompt, "prompt text")->capture_default_str();
+    g->add_option("-n,--n-predict", gen->n_predict, "tokens to generate")->capture_default_str();
+    g->add_option("-t,--threads", gen->threads, "threads")->capture_default_str();
+    g->add_option("-c,--ctx-size", gen->ctx, "context size; 0 = the model's")->capture_default_str();
+    g->add_flag("--json", gen->json, "print one JSON object instead of streaming text");
+    g->add_flag("--no-bos", gen->no_bos, "do not prepend BOS");
+    add_sampling_flags(g, gen->sampling);
+    g->callback([gen] { run_generate(*gen); });
+
+    auto bench = std::make_shared<BenchOptions>();
+    CLI::App* b = app.add_subcommand("bench", "measure prompt processing (pp) and generation (tg) speed");
+    b->add_option("-m,--model", bench->models, "GGUF model file(s)")->required()->delimiter(',');
+    b->add_option("-t,--threads", bench->threads, "thread counts, e.g. 1,2")->delimiter(',')->capture_default_str();
+    b->add_option("-p,--n-prompt", bench->n_prompt, "prompt tokens for the pp test; 0 = skip")->capture_default_str();
+    b->add_option("-n,--n-gen", bench->n_gen, "generated tokens for the tg test; 0 = skip")->capture_default_str();
+    b->add_option("-r,--repetitions", bench->repetitions, "timed runs per test")->capture_default_str();
+    b->add_flag("--json", bench->json, "print JSON instead of the table");
+    b->callback([bench] { run_bench(*bench); });
+}
+
+}  // namespace specd::cli
