@@ -1,0 +1,101 @@
+// Draft proposers for speculative decoding. Every proposer has one shape:
+// given the accepted context it proposes up to k next tokens, optionally with
+// the distribution each was drawn from; the verifier never knows which kind
+// it is talking to (as vLLM's proposers and llama.cpp's common/speculative).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/forward.h"
+#include "engine/sampler.h"
+
+namespace specd {
+
+struct Draft {
+    std::vector<int32_t> tokens;                 // (k') proposed tokens, k' <= k
+    bool has_probs = false;                      // false: verify each token as a point mass
+    std::vector<std::vector<TokenProb>> probs;   // (k') the draft distribution each token was drawn from
+    void clear() { tokens.clear(); has_probs = false; }
+};
+
+struct ProposeRequest {
+    std::span<const int32_t> context;  // prompt + every accepted token so far
+    int32_t k = 8;                     // most tokens to propose
+    float p_min = 0.0f;                // stop early when the draft's top probability falls below this
+    const SamplingParams* sampling = nullptr;  // the request's sampling (draft models sample with it)
+    Rng* rng = nullptr;
+};
+
+class Proposer {
+public:
+    virtual ~Proposer() = default;
+    virtual std::string name() const = 0;
+    // A new request starts (the proposer may prefill the prompt).
+    virtual void begin(std::span<const int32_t> prompt) = 0;
+    // Proposes continuations of request.context into `out` (cleared first).
+    virtual void propose(const ProposeRequest& request, Draft& out) = 0;
+    // The verifier accepted a prefix; `context` is the new accepted context.
+    // Proposers with state roll it back to the longest part still valid.
+    virtual void accept(std::span<const int32_t> context) = 0;
+    // The request ended; release per-request resources.
+    virtual void end() = 0;
+};
+
+// n-gram prompt lookup: finds the most recent earlier occurrence of the
+// longest suffix of the context (ngram_max down to ngram_min tokens) and
+// proposes the tokens that followed it. No model, no probabilities.
+class NgramProposer : public Proposer {
+public:
+    NgramProposer(int32_t ngram_min = 1, int32_t ngram_max = 4);  // 1 <= min <= max
+    std::string name() const override { return "ngram"; }
+    void begin(std::span<const int32_t>) override {}
+    void propose(const ProposeRequest& request, Draft& out) override;
+    void accept(std::span<const int32_t>) override {}
+    void end() override {}
+
+private:
+    int32_t ngram_min_, ngram_max_;
+};
+
+// Throws specd::Error naming the first difference when a draft model's
+// vocabulary cannot stand in for the target's (size, tokenizer kind, BOS/EOS,
+// token texts).
+void check_vocab_compatible(const LlamaModel& target, const LlamaModel& draft);
+
+// A smaller (or quantised) model as the draft: it keeps its own KV sequence,
+// decodes k tokens autoregressively (greedy, or sampling with the request's
+// parameters and recording the distribution), and on accept() rolls its
+// cache back to the accepted prefix.
+class DraftModelProposer : public Proposer {
+public:
+    // `n_ctx`: the request's context size (the draft's cache holds one sequence of it).
+    DraftModelProposer(const LlamaModel& target, const LlamaModel& draft, ThreadPool& pool, int32_t n_ctx);
+    std::string name() const override;
+    void begin(std::span<const int32_t> prompt) override;
+    void propose(const ProposeRequest& request, Draft& out) override;
+    void accept(std::span<const int32_t> context) override;
+    void end() override;
+
+    const PagedKvCache& kv() const { return kv_; }
+    int32_t cached_tokens() const { return static_cast<int32_t>(cached_.size()); }
+
+private:
+    // Truncates the draft cache to the longest common prefix with `context`.
+    void rollback_to(std::span<const int32_t> context);
+
+    const LlamaModel& draft_;
+    ForwardPass fwd_;
+    PagedKvCache kv_;
+    int32_t seq_ = -1;
+    std::vector<int32_t> cached_;         // tokens in the draft KV sequence, in order
+    std::vector<int32_t> history_;        // context + drafted tokens, for the penalty
+    std::vector<TokenProb> dist_;         // scratch distribution
+    std::unique_ptr<Sampler> sampler_;    // per request, same params as the target
+    SamplingParams sampler_params_;
+};
+
+}  // namespace specd

@@ -1,0 +1,337 @@
+#include "engine/speculative.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace specd {
+
+void SpeculativeParams::validate() const {
+    if (draft_max < 0 || draft_max > 64) {
+        throw Error("draft-max must be in 0..64, got " + std::to_string(draft_max));
+    }
+    if (draft_min < 0 || draft_min > std::max(draft_max, 0)) {
+        throw Error("draft-min must be in 0..draft-max (" + std::to_string(draft_max) + "), got " +
+                    std::to_string(draft_min));
+    }
+    if (!(draft_p_min >= 0.0f && draft_p_min <= 1.0f)) {
+        throw Error("draft-p-min must be in [0, 1], got " + std::to_string(draft_p_min));
+    }
+}
+
+// ------------------------------------------------------------------ stats ---
+
+std::vector<double> SpecStats::accept_rate_per_position() const {
+    std::vector<double> r(drafted_per_position.size(), 0.0);
+    for (size_t i = 0; i < r.size(); ++i) {
+        if (drafted_per_position[i]) r[i] = static_cast<double>(accepted_per_position[i]) / static_cast<double>(drafted_per_position[i]);
+    }
+    return r;
+}
+
+void SpecStats::add(const SpecStats& o) {
+    n_steps += o.n_steps;
+    n_drafts += o.n_drafts;
+    n_drafted += o.n_drafted;
+    n_accepted += o.n_accepted;
+    draft_ms += o.draft_ms;
+    verify_ms += o.verify_ms;
+    k_sum += o.k_sum;
+    const size_t n = std::max(drafted_per_position.size(), o.drafted_per_position.size());
+    drafted_per_position.resize(n, 0);
+    accepted_per_position.resize(n, 0);
+    for (size_t i = 0; i < o.drafted_per_position.size(); ++i) {
+        drafted_per_position[i] += o.drafted_per_position[i];
+        accepted_per_position[i] += o.accepted_per_position[i];
+    }
+}
+
+// -------------------------------------------------------- acceptance rule ---
+
+AcceptanceRule::AcceptanceRule(int32_t n_vocab) : dense_(static_cast<size_t>(n_vocab), 0.0f) {}
+
+namespace {
+float prob_of(std::span<const TokenProb> dist, int32_t token) {
+    for (const TokenProb& tp : dist) {
+        if (tp.id == token) return tp.p;
+    }
+    return 0.0f;
+}
+}  // namespace
+
+void AcceptanceRule::residual(std::span<const TokenProb> q, std::span<const TokenProb> p, int32_t token,
+                              std::vector<TokenProb>& out) {
+    out.clear();
+    for (const TokenProb& tp : q) dense_[static_cast<size_t>(tp.id)] = tp.p;
+    if (p.empty()) {
+        dense_[static_cast<size_t>(token)] -= 1.0f;
+    } else {
+        for (const TokenProb& tp : p) dense_[static_cast<size_t>(tp.id)] -= tp.p;
+    }
+    double sum = 0.0;
+    // Only q's support can stay positive.
+    for (const TokenProb& tp : q) {
+        const float r = dense_[static_cast<size_t>(tp.id)];
+        if (r > 0.0f) {
+            out.push_back({tp.id, r});
+            sum += r;
+        }
+    }
+    for (const TokenProb& tp : q) dense_[static_cast<size_t>(tp.id)] = 0.0f;
+    if (p.empty()) {
+        dense_[static_cast<size_t>(token)] = 0.0f;
+    } else {
+        for (const TokenProb& tp : p) dense_[static_cast<size_t>(tp.id)] = 0.0f;
+    }
+    if (sum <= 0.0) {
+        // q <= p everywhere only if q == p, where rejection has probability 0;
+        // reached through rounding alone: fall back to q itself.
+        out.assign(q.begin(), q.end());
+        return;
+    }
+    const float inv = static_cast<float>(1.0 / sum);
+    for (TokenProb& tp : out) tp.p *= inv;
+}
+
+bool AcceptanceRule::accept(std::span<const TokenProb> q, std::span<const TokenProb> p, int32_t token, Rng& rng,
+                            int32_t* recovered) {
+    if (q.size() == 1) {  // greedy target: accept iff the draft picked its token
+        if (q[0].id == token) return true;
+        *recovered = q[0].id;
+        return false;
+    }
+    const float qx = prob_of(q, token);
+    const float px = p.empty() ? 1.0f : prob_of(p, token);
+    if (qx >= px && qx > 0.0f) return true;
+    if (qx > 0.0f && rng.uniform() * static_cast<double>(px) < static_cast<double>(qx)) return true;
+    residual(q, p, token, residual_);
+    *recovered = Sampler::draw(residual_, rng);
+    return false;
+}
+
+// ------------------------------------------------------- k controller ---
+
+namespace {
+constexpr double kEma = 0.1;           // weight of the newest observation
+constexpr int32_t kProbeEvery = 16;    // plain steps between probes of the draft
+}  // namespace
+
+DraftLengthController::DraftLengthController(const SpeculativeParams& params)
+    : params_(params), verify_ms_(static_cast<size_t>(params.draft_max) + 2, -1.0) {}
+
+double DraftLengthController::verify_cost(int32_t tokens) const {
+    if (verify_ms_[static_cast<size_t>(tokens)] > 0) return verify_ms_[static_cast<size_t>(tokens)];
+    // Unmeasured sizes: interpolate from the nearest measured smaller size,
+    // assuming each extra token costs 5% of a single-token step.
+    for (int32_t t = tokens - 1; t >= 1; --t) {
+        if (verify_ms_[static_cast<size_t>(t)] > 0) {
+            const double one = verify_ms_[1] > 0 ? verify_ms_[1] : verify_ms_[static_cast<size_t>(t)];
+            return verify_ms_[static_cast<size_t>(t)] + 0.05 * one * (tokens - t);
+        }
+    }
+    return 1.0 + 0.05 * (tokens - 1);
+}
+
+int32_t DraftLengthController::next_k() {
+    if (!params_.adaptive || params_.draft_max == 0) return params_.draft_max;
+    const double c = draft_cost_ms_ > 0 ? draft_cost_ms_ : 0.25 * verify_cost(1);
+    const double a = std::clamp(alpha_, 0.0, 0.999);
+    int32_t best_k = 0;
+    double best_rate = 1.0 / verify_cost(1);
+    double a_pow = a;  // a^(k+1) for k = 0 -> a
+    for (int32_t k = 1; k <= params_.draft_max; ++k) {
+        a_pow *= a;
+        if (k < params_.draft_min) continue;
+        const double expected = (1.0 - a_pow) / (1.0 - a);
+        const double rate = expected / (k * c + verify_cost(k + 1));
+        if (rate > best_rate) {
+            best_rate = rate;
+            best_k = k;
+        }
+    }
+    if (best_k == 0) {
+        if (++plain_streak_ >= kProbeEvery) {
+            plain_streak_ = 0;
+            return std::max<int32_t>(1, params_.draft_min);
+        }
+    } else {
+        plain_streak_ = 0;
+    }
+    return best_k;
+}
+
+void DraftLengthController::record(int32_t k, int32_t n_accepted, double draft_ms, double verify_ms) {
+    const size_t t = static_cast<size_t>(k) + 1;
+    if (t < verify_ms_.size()) {
+        verify_ms_[t] = verify_ms_[t] > 0 ? (1 - kEma) * verify_ms_[t] + kEma * verify_ms : verify_ms;
+    }
+    if (k <= 0) return;
+    const double per_token = draft_ms / k;
+    draft_cost_ms_ = draft_cost_ms_ > 0 ? (1 - kEma) * draft_cost_ms_ + kEma * per_token : per_token;
+    // Positions reached: the accepted ones plus the first rejected one.
+    const int32_t reached = n_accepted + (n_accepted < k ? 1 : 0);
+    const double observed = static_cast<double>(n_accepted) / reached;
+    const double w = kEma * reached;
+    alpha_ = (1 - std::min(w, 0.5)) * alpha_ + std::min(w, 0.5) * observed;
+}
+
+// ---------------------------------------------------------------- decoder ---
+
+SpeculativeDecoder::SpeculativeDecoder(ForwardPass& target, PagedKvCache& kv, Proposer* proposer)
+    : fwd_(target), kv_(kv), proposer_(proposer), rule_(target.n_vocab()) {
+    history_.reserve(static_cast<size_t>(kv.shape().max_seq_len));
+}
+
+SpeculativeResult SpeculativeDecoder::generate(std::span<const int32_t> prompt, const GenerationParams& params,
+                                               const SpeculativeParams& spec_in, const TokenCallback& on_token) {
+    params.sampling.validate();
+    spec_in.validate();
+    if (params.max_tokens < 0) throw Error("max_tokens must be >= 0, got " + std::to_string(params.max_tokens));
+    const int32_t n_ctx = kv_.shape().max_seq_len;
+    check_prompt_fits(prompt.size(), n_ctx);
+    SpeculativeParams spec = spec_in;
+    if (!proposer_) spec.draft_max = 0;
+    spec.draft_min = std::min(spec.draft_min, spec.draft_max);
+
+    SpeculativeResult result;
+    result.n_prompt = static_cast<int32_t>(prompt.size());
+    result.tokens.reserve(static_cast<size_t>(params.max_tokens));
+    result.stats.drafted_per_position.assign(static_cast<size_t>(spec.draft_max), 0);
+    result.stats.accepted_per_position.assign(static_cast<size_t>(spec.draft_max), 0);
+    history_.assign(prompt.begin(), prompt.end());
+    verify_in_.reserve(static_cast<size_t>(spec.draft_max) + 1);
+
+    const int32_t seq = kv_.create_sequence();
+    struct Guard {
+        PagedKvCache& kv;
+        int32_t seq;
+        Proposer* proposer;
+        ~Guard() {
+            kv.free_sequence(seq);
+            if (proposer) proposer->end();
+        }
+    } guard{kv_, seq, spec.draft_max > 0 ? proposer_ : nullptr};
+
+    Sampler sampler(params.sampling, fwd_.n_vocab());
+    Rng rng(params.sampling.seed);
+    DraftLengthController controller(spec);
+    const Tokenizer& tok = fwd_.model().tokenizer();
+
+    const double t0 = now_ms();
+    std::span<const float> logits = prefill(fwd_, kv_, seq, prompt);
+    if (guard.proposer) guard.proposer->begin(prompt);
+    const double t1 = now_ms();
+    result.prompt_ms = t1 - t0;
+
+    // Appends one token to the output; false when generation must stop.
+    auto emit = [&](int32_t token, bool drafted) {
+        if (params.stop_at_eos && tok.is_end_of_generation(token)) {
+            result.stop = StopReason::Eos;
+            return false;
+        }
+        result.tokens.push_back(token);
+        result.from_draft.push_back(drafted);
+        if (on_token && !on_token(token)) {
+            result.stop = StopReason::Cancelled;
+            return false;
+        }
+        if (static_cast<int32_t>(result.tokens.size()) >= params.max_tokens) {
+            result.stop = StopReason::Length;
+            return false;
+        }
+        return true;
+    };
+
+    if (params.max_tokens == 0) {
+        result.stop = StopReason::Length;
+        return result;
+    }
+    int32_t pending = sampler.sample(logits.data(), history_, rng);
+    history_.push_back(pending);
+    bool running = emit(pending, false);
+    const int32_t V = fwd_.n_vocab();
+
+    while (running) {
+        const int32_t cached = kv_.length(seq);  // == history_.size() - 1: pending is not cached yet
+        if (cached >= n_ctx) {
+            result.stop = StopReason::ContextFull;
+            break;
+        }
+        const int32_t remaining = params.max_tokens - static_cast<int32_t>(result.tokens.size());
+        const int32_t k_limit = std::max(0, std::min({spec.draft_max, n_ctx - cached - 1, remaining - 1}));
+        const int32_t k = std::min(controller.next_k(), k_limit);
+
+        // Draft.
+        const double td0 = now_ms();
+        draft_.clear();
+        if (k > 0) {
+            ProposeRequest req;
+            req.context = history_;
+            req.k = k;
+            req.p_min = spec.draft_p_min;
+            req.sampling = &params.sampling;
+            req.rng = &rng;
+            proposer_->propose(req, draft_);
+            if (static_cast<int32_t>(draft_.tokens.size()) < std::max(1, spec.draft_min)) draft_.clear();
+        }
+        const int32_t n_draft = static_cast<int32_t>(draft_.tokens.size());
+        const double td1 = now_ms();
+
+        // Verify: one target forward over [pending, d1..dk].
+        verify_in_.assign(1, pending);
+        verify_in_.insert(verify_in_.end(), draft_.tokens.begin(), draft_.tokens.end());
+        BatchItem item;
+        item.seq = seq;
+        item.tokens = verify_in_;
+        item.all_logits = true;
+        logits = fwd_.forward(kv_, std::span<const BatchItem>(&item, 1));
+
+        int32_t n_accepted = 0;
+        int32_t next = -1;
+        for (int32_t i = 0; i < n_draft; ++i) {
+            const float* row = logits.data() + static_cast<size_t>(i) * V;
+            sampler.distribution(row, history_, q_);
+            const std::span<const TokenProb> p =
+                draft_.has_probs ? std::span<const TokenProb>(draft_.probs[static_cast<size_t>(i)]) : std::span<const TokenProb>();
+            const int32_t d = draft_.tokens[static_cast<size_t>(i)];
+            int32_t recovered = -1;
+            if (!rule_.accept(q_, p, d, rng, &recovered)) {
+                next = recovered;
+                break;
+            }
+            ++n_accepted;
+            history_.push_back(d);
+        }
+        if (next < 0) {  // every draft token accepted: the bonus token from the last row
+            next = sampler.sample(logits.data() + static_cast<size_t>(n_draft) * V, history_, rng);
+        }
+        kv_.truncate(seq, cached + 1 + n_accepted);
+        const double td2 = now_ms();
+
+        SpecStats& st = result.stats;
+        ++st.n_steps;
+        st.k_sum += n_draft;
+        st.draft_ms += td1 - td0;
+        st.verify_ms += td2 - td1;
+        if (n_draft > 0) {
+            ++st.n_drafts;
+            st.n_drafted += n_draft;
+            st.n_accepted += n_accepted;
+            const int32_t reached = std::min(n_draft, n_accepted + 1);
+            for (int32_t i = 0; i < reached; ++i) ++st.drafted_per_position[static_cast<size_t>(i)];
+            for (int32_t i = 0; i < n_accepted; ++i) ++st.accepted_per_position[static_cast<size_t>(i)];
+        }
+        controller.record(n_draft, n_accepted, td1 - td0, td2 - td1);
+
+        // Emit the accepted draft tokens, then the target's own token.
+        const size_t first_new = history_.size() - static_cast<size_t>(n_accepted);
+        for (int32_t i = 0; i < n_accepted && running; ++i) running = emit(history_[first_new + static_cast<size_t>(i)], true);
+        history_.push_back(next);
+        pending = next;
+        if (running) running = emit(next, false);
+        if (running && guard.proposer) guard.proposer->accept(history_);
+    }
+    result.gen_ms = now_ms() - t1;
+    return result;
+}
+
+}  // namespace specd
