@@ -13,7 +13,9 @@
 #include "engine/error.h"
 #include "engine/generate.h"
 #include "engine/model.h"
+#include "engine/speculative.h"
 #include "tools/specd/commands.h"
+#include "tools/specd/spec_setup.h"
 
 namespace specd::cli {
 
@@ -28,6 +30,7 @@ struct GenerateOptions {
     SamplingParams sampling;
     bool json = false;
     bool no_bos = false;
+    SpecOptions spec;
 };
 
 void check_threads(int32_t threads) {
@@ -58,7 +61,16 @@ void run_generate(const GenerateOptions& o) {
     ThreadPool pool(o.threads);
     ForwardPass fwd(*model, pool);
     PagedKvCache kv(fwd.kv_shape(n_ctx, 1));
-    PlainDecoder decoder(fwd, kv);
+    SpecSetup spec = make_spec_setup(o.spec, *model, pool, n_ctx);
+    SpeculativeParams spec_params = o.spec.params;
+    const int32_t room = n_ctx - static_cast<int32_t>(prompt.size()) - 1;
+    if (spec.proposer && spec_params.draft_max > room) {
+        std::fprintf(stderr, "specd: warning: --draft-max %d clipped to %d by the context size\n", spec_params.draft_max,
+                     std::max(room, 0));
+        spec_params.draft_max = std::max(room, 0);
+        spec_params.draft_min = std::min(spec_params.draft_min, spec_params.draft_max);
+    }
+    SpeculativeDecoder decoder(fwd, kv, spec.proposer.get());
     GenerationParams params;
     params.max_tokens = o.n_predict;
     params.sampling = o.sampling;
@@ -69,7 +81,7 @@ void run_generate(const GenerateOptions& o) {
         std::fputs(o.prompt.c_str(), stdout);
         std::fflush(stdout);
     }
-    const GenerationResult r = decoder.generate(prompt, params, [&](int32_t id) {
+    const SpeculativeResult r = decoder.generate(prompt, params, spec_params, [&](int32_t id) {
         const std::string piece = stream.push(id);
         text += piece;
         if (!o.json) {
@@ -81,6 +93,7 @@ void run_generate(const GenerateOptions& o) {
     const std::string tail = stream.flush();
     text += tail;
     const double prompt_tps = r.prompt_ms > 0 ? 1000.0 * r.n_prompt / r.prompt_ms : 0.0;
+    const SpecStats& st = r.stats;
     if (o.json) {
         nlohmann::json j;
         j["text"] = text;
@@ -91,6 +104,14 @@ void run_generate(const GenerateOptions& o) {
         j["gen_ms"] = r.gen_ms;
         j["tokens_per_s"] = r.tokens_per_s();
         j["stop"] = stop_reason_name(r.stop);
+        j["speculative"] = spec.kind;
+        j["n_drafted"] = st.n_drafted;
+        j["n_accepted"] = st.n_accepted;
+        j["acceptance_rate"] = st.acceptance_rate();
+        j["mean_accept_len"] = st.mean_accept_len();
+        j["accept_per_position"] = st.accept_rate_per_position();
+        j["draft_ms"] = st.draft_ms;
+        j["verify_ms"] = st.verify_ms;
         std::printf("%s\n", j.dump().c_str());
     } else {
         std::printf("%s\n", tail.c_str());
@@ -100,6 +121,15 @@ void run_generate(const GenerateOptions& o) {
                      r.n_prompt, r.prompt_ms, prompt_tps, r.tokens.size(), r.gen_ms, r.tokens_per_s(),
                      stop_reason_name(r.stop), model->name().c_str(), tensor_type_name(model->weight_type()),
                      o.threads, isa_name(fwd.isa()));
+        if (spec.proposer) {
+            std::fprintf(stderr,
+                         "specd: speculative %s: drafted %lld, accepted %lld (%.1f%%), mean acceptance length %.2f, "
+                         "mean k %.2f, draft %.1f ms, verify %.1f ms\n",
+                         spec.proposer->name().c_str(), static_cast<long long>(st.n_drafted),
+                         static_cast<long long>(st.n_accepted), 100.0 * st.acceptance_rate(), st.mean_accept_len(),
+                         st.n_steps ? static_cast<double>(st.k_sum) / static_cast<double>(st.n_steps) : 0.0, st.draft_ms,
+                         st.verify_ms);
+        }
     }
 }
 
@@ -208,15 +238,6 @@ void run_bench(const BenchOptions& o) {
     if (o.json) std::printf("%s\n", rows.dump(2).c_str());
 }
 
-void add_sampling_flags(CLI::App* cmd, SamplingParams& s) {
-    cmd->add_option("--temp", s.temperature, "temperature; 0 = greedy")->capture_default_str();
-    cmd->add_option("--top-k", s.top_k, "top-k sampling; 0 = off")->capture_default_str();
-    cmd->add_option("--top-p", s.top_p, "top-p sampling; 1.0 = off")->capture_default_str();
-    cmd->add_option("--min-p", s.min_p, "min-p sampling; 0.0 = off")->capture_default_str();
-    cmd->add_option("--repeat-penalty", s.repeat_penalty, "penalise repeated tokens; 1.0 = off")->capture_default_str();
-    cmd->add_option("--repeat-last-n", s.repeat_last_n, "last n tokens the penalty looks at")->capture_default_str();
-    cmd->add_option("-s,--seed", s.seed, "RNG seed (default: random)");
-}
 
 }  // namespace
 
@@ -231,6 +252,7 @@ void register_generate_commands(CLI::App& app) {
     g->add_flag("--json", gen->json, "print one JSON object instead of streaming text");
     g->add_flag("--no-bos", gen->no_bos, "do not prepend BOS");
     add_sampling_flags(g, gen->sampling);
+    add_spec_flags(g, gen->spec);
     g->callback([gen] { run_generate(*gen); });
 
     auto bench = std::make_shared<BenchOptions>();

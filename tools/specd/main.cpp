@@ -4,6 +4,7 @@
 
 #include "engine/error.h"
 #include "tools/specd/commands.h"
+#include "tools/specd/spec_setup.h"
 
 int main(int argc, char** argv) {
     CLI::App app{"specd — lossless speculative decoding runtime"};
@@ -12,6 +13,8 @@ int main(int argc, char** argv) {
     specd::cli::register_model_commands(app);
     specd::cli::register_tokenize_command(app);
     specd::cli::register_generate_commands(app);
+    specd::cli::register_bench_spec_command(app);
+    specd::cli::rewrite_llama_style_flags(argc, argv);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

@@ -1,0 +1,66 @@
+#include "tools/specd/spec_setup.h"
+
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "engine/error.h"
+
+namespace specd::cli {
+
+void add_sampling_flags(CLI::App* cmd, SamplingParams& s) {
+    cmd->add_option("--temp", s.temperature, "temperature; 0 = greedy")->capture_default_str();
+    cmd->add_option("--top-k", s.top_k, "top-k sampling; 0 = off")->capture_default_str();
+    cmd->add_option("--top-p", s.top_p, "top-p sampling; 1.0 = off")->capture_default_str();
+    cmd->add_option("--min-p", s.min_p, "min-p sampling; 0.0 = off")->capture_default_str();
+    cmd->add_option("--repeat-penalty", s.repeat_penalty, "penalise repeated tokens; 1.0 = off")->capture_default_str();
+    cmd->add_option("--repeat-last-n", s.repeat_last_n, "last n tokens the penalty looks at")->capture_default_str();
+    cmd->add_option("-s,--seed", s.seed, "RNG seed (default: random)");
+}
+
+void add_spec_flags(CLI::App* cmd, SpecOptions& o) {
+    cmd->add_option("--model-draft", o.draft_model, "draft model GGUF (also -md)");
+    cmd->add_option("--spec", o.kind, "proposer: none, draft, ngram (default: draft with -md, else none)")
+        ->check(CLI::IsMember({"none", "draft", "ngram"}));
+    cmd->add_option("--draft-max,--draft", o.params.draft_max, "most tokens drafted per step (MAX_DRAFT_TOKENS); 0 = plain")
+        ->capture_default_str();
+    cmd->add_option("--draft-min", o.params.draft_min, "drafts shorter than this are not verified")->capture_default_str();
+    cmd->add_option("--draft-p-min", o.params.draft_p_min, "stop drafting when the draft's top probability is below this")
+        ->capture_default_str();
+    cmd->add_flag("!--no-adaptive", o.params.adaptive, "always draft --draft-max tokens (no dynamic draft length)");
+    cmd->add_option("--ngram-min", o.ngram_min, "shortest n-gram the lookup matches")->capture_default_str();
+    cmd->add_option("--ngram-max", o.ngram_max, "longest n-gram the lookup matches")->capture_default_str();
+}
+
+SpecSetup make_spec_setup(const SpecOptions& o, const LlamaModel& target, ThreadPool& pool, int32_t n_ctx) {
+    o.params.validate();
+    SpecSetup s;
+    s.kind = o.kind.empty() ? (o.draft_model.empty() ? "none" : "draft") : o.kind;
+    if (o.params.draft_max == 0) s.kind = "none";
+    if (s.kind == "draft") {
+        if (o.draft_model.empty()) throw Error("--spec draft needs a draft model (-md FILE)");
+        s.draft_model = LlamaModel::load(o.draft_model);
+        if (s.draft_model->weight_bytes() > target.weight_bytes()) {
+            std::fprintf(stderr, "specd: warning: the draft model (%zu bytes of weights) is larger than the target (%zu); "
+                                 "speculation will likely be slower than plain decoding\n",
+                         s.draft_model->weight_bytes(), target.weight_bytes());
+        }
+        s.proposer = std::make_unique<DraftModelProposer>(target, *s.draft_model, pool, n_ctx);
+    } else if (s.kind == "ngram") {
+        s.proposer = std::make_unique<NgramProposer>(o.ngram_min, o.ngram_max);
+    }
+    return s;
+}
+
+void rewrite_llama_style_flags(int& argc, char**& argv) {
+    static std::vector<char*> rewritten;
+    static char model_draft[] = "--model-draft";
+    rewritten.assign(argv, argv + argc);
+    for (char*& a : rewritten) {
+        if (std::strcmp(a, "-md") == 0) a = model_draft;
+    }
+    rewritten.push_back(nullptr);
+    argv = rewritten.data();
+}
+
+}  // namespace specd::cli
