@@ -51,6 +51,8 @@ public:
     // be reserved.
     float* key(int32_t seq, int32_t layer, int32_t pos) { return slot(k_pool_, seq, layer, pos); }
     float* value(int32_t seq, int32_t layer, int32_t pos) { return slot(v_pool_, seq, layer, pos); }
+    const float* key(int32_t seq, int32_t layer, int32_t pos) const { return const_cast<PagedKvCache*>(this)->key(seq, layer, pos); }
+    const float* value(int32_t seq, int32_t layer, int32_t pos) const { return const_cast<PagedKvCache*>(this)->value(seq, layer, pos); }
     // Block `b` of a sequence for one layer: (block_size, kv_dim) keys/values.
     const float* key_block(int32_t seq, int32_t layer, int32_t b) const { return block(k_pool_, seq, layer, b); }
     const float* value_block(int32_t seq, int32_t layer, int32_t b) const { return block(v_pool_, seq, layer, b); }

@@ -82,6 +82,7 @@ public:
 
     const PagedKvCache& kv() const { return kv_; }
     int32_t cached_tokens() const { return static_cast<int32_t>(cached_.size()); }
+    int32_t sequence() const { return seq_; }
 
 private:
     // Truncates the draft cache to the longest common prefix with `context`.

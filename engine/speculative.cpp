@@ -329,6 +329,7 @@ SpeculativeResult SpeculativeDecoder::generate(std::span<const int32_t> prompt, 
         pending = next;
         if (running) running = emit(next, false);
         if (running && guard.proposer) guard.proposer->accept(history_);
+        if (observer_) observer_(kv_, seq, history_);
     }
     result.gen_ms = now_ms() - t1;
     return result;

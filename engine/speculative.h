@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -90,16 +91,24 @@ struct SpeculativeResult : GenerationResult {
 
 class SpeculativeDecoder {
 public:
+    // Called after every decode step once the caches are rolled back:
+    // `accepted` is prompt + output so far (its last token is pending, not
+    // cached). For tests that check the rollback invariants.
+    using StepObserver = std::function<void(const PagedKvCache& kv, int32_t seq, std::span<const int32_t> accepted)>;
+
     // The target's forward pass and cache; the proposer drafts (may be null: plain).
     SpeculativeDecoder(ForwardPass& target, PagedKvCache& kv, Proposer* proposer);
 
     SpeculativeResult generate(std::span<const int32_t> prompt, const GenerationParams& params,
                                const SpeculativeParams& spec, const TokenCallback& on_token = {});
 
+    void set_step_observer(StepObserver observer) { observer_ = std::move(observer); }
+
 private:
     ForwardPass& fwd_;
     PagedKvCache& kv_;
     Proposer* proposer_;
+    StepObserver observer_;
     AcceptanceRule rule_;
     std::vector<int32_t> history_;   // prompt + generated (capacity n_ctx)
     std::vector<int32_t> verify_in_; // (k+1) pending token + draft

@@ -1,0 +1,138 @@
+// SentencePiece BPE tokenizer for GGUF vocabularies with
+// tokenizer.ggml.model = "llama", behaving as llama.cpp's llm_tokenizer_spm:
+// the text gets a space prefix, spaces become "▁" (U+2581), the text is split
+// into UTF-8 characters, and the adjacent pair whose concatenation is the
+// highest-scoring vocabulary token is merged until no pair is a token.
+// Characters that never became a token fall back to byte tokens "<0xXX>".
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace specd {
+
+namespace gguf {
+class File;
+}
+
+// The GGUF / SentencePiece token types (tokenizer.ggml.token_type).
+enum class TokenType : int32_t {
+    Undefined = 0,    // seen in some files; decodes to nothing, like Unused
+    Normal = 1,
+    Unknown = 2,      // "<unk>"
+    Control = 3,      // "<s>", "</s>": decoded only on request
+    UserDefined = 4,  // always matched literally in the text, always decoded
+    Unused = 5,
+    Byte = 6,         // "<0xXX>"
+};
+
+// Everything the tokenizer needs, independent of the file format.
+struct VocabData {
+    std::vector<std::string> tokens;   // (n_vocab) piece text per id, "▁" for spaces as in the GGUF
+    std::vector<float> scores;         // (n_vocab) merge priority; empty: all 0
+    std::vector<int32_t> token_types;  // (n_vocab) TokenType values; empty: all Normal
+    int32_t bos_id = 1;                // -1: none
+    int32_t eos_id = 2;                // -1: none
+    int32_t unk_id = 0;                // -1: none (then unencodable text is an error)
+    int32_t pad_id = -1;               // -1: none
+    int32_t eot_id = -1;               // end of turn, also ends generation; -1: none
+    bool add_bos = true;               // the model expects a BOS first
+    bool add_eos = false;              // the model expects an EOS last (added with the BOS)
+    bool add_space_prefix = true;      // prefix a space to text at the start and after special tokens
+};
+
+// Where decoded text goes: at the start of a text, where the space prefix the
+// encoder added is removed again, or after text already shown (e.g. the
+// tokens generated after a prompt), where every space is kept.
+enum class DecodeAt { Start, Continuation };
+
+class Tokenizer {
+public:
+    // Validates the vocabulary: non-empty, sizes agree, known token types,
+    // finite scores, special ids in range, unique texts, byte tokens spelled
+    // "<0xXX>". Throws specd::Error naming the problem.
+    explicit Tokenizer(VocabData vocab);
+    // Reads the tokenizer.ggml.* keys (tokenizer_gguf.cpp); errors name the
+    // missing or bad key. Only tokenizer.ggml.model = "llama" is supported.
+    static Tokenizer from_gguf(const gguf::File& file);
+
+    int32_t n_vocab() const;
+    int32_t bos_id() const;
+    int32_t eos_id() const;
+    int32_t eot_id() const;   // -1: none
+    int32_t unk_id() const;   // -1: none
+    int32_t pad_id() const;   // -1: none
+    bool add_bos() const;
+    bool add_eos() const;
+    bool add_space_prefix() const;
+    const VocabData& vocab() const;
+
+    const std::string& token_text(int32_t id) const;  // as in the vocabulary ("▁Hello")
+    TokenType token_type(int32_t id) const;
+    float token_score(int32_t id) const;
+    int32_t find_token(std::string_view text) const;  // id with exactly this text, -1 if none
+    bool is_end_of_generation(int32_t id) const;      // eos (and eot if present)
+
+    // Tokenizes `text` as llama_tokenize(text, add_special = add_bos,
+    // parse_special). add_bos: put the BOS first (callers usually pass
+    // add_bos() unless the user asked for none); it also appends the EOS when
+    // the vocabulary says add_eos. parse_special: Control and Unknown tokens
+    // written literally ("<s>") become their id; without it they are plain
+    // text. UserDefined tokens are always matched, as in llama.cpp.
+    std::vector<int32_t> encode(std::string_view text, bool add_bos, bool parse_special = false) const;
+
+    // One token's bytes: "▁" → ' ', byte tokens give their raw byte (maybe
+    // half a UTF-8 character), Control/Unknown give "" unless render_special.
+    std::string token_to_piece(int32_t id, bool render_special = false) const;
+    // The same without allocating: a view into the tokenizer's own storage.
+    std::string_view piece_view(int32_t id, bool render_special = false) const;
+
+    // A whole sequence as text, Control/Unknown tokens skipped. At Start a
+    // leading BOS is skipped and one leading space of the next token's piece
+    // is removed (the space prefix). Always valid UTF-8: each invalid byte
+    // sequence becomes U+FFFD, as Python's errors="replace".
+    std::string decode(std::span<const int32_t> ids, DecodeAt at = DecodeAt::Start) const;
+
+    // Decodes token by token for streaming. push() returns only complete
+    // UTF-8 characters: an incomplete multi-byte tail (from byte tokens) is
+    // held back until completed, invalid sequences become U+FFFD. The
+    // concatenation of every push() and flush() equals decode() of the same
+    // tokens at the same DecodeAt. Keeps a pointer to the tokenizer.
+    class StreamDecoder {
+    public:
+        explicit StreamDecoder(const Tokenizer& tokenizer, DecodeAt at = DecodeAt::Start);
+        std::string push(int32_t id);
+        // The same, appending to `out` (no allocation once out has capacity).
+        void push(int32_t id, std::string& out);
+        // The held-back tail (U+FFFD if it is an incomplete character); pushing
+        // may go on afterwards.
+        std::string flush();
+        void flush(std::string& out);
+        void reset();              // forget everything pushed; start as newly constructed
+
+    private:
+        const Tokenizer* tokenizer_;
+        DecodeAt at_;
+        bool first_token_ = true;     // nothing pushed yet (a BOS here is skipped)
+        bool strip_space_ = false;    // the next piece loses one leading space
+        uint8_t pending_[4] = {};     // bytes of an incomplete UTF-8 character
+        int32_t n_pending_ = 0;
+        int32_t n_needed_ = 0;        // continuation bytes still expected
+        uint8_t lower_ = 0x80, upper_ = 0xBF;  // allowed range of the next continuation byte
+        friend class Tokenizer;
+        void feed(std::string_view bytes, std::string& out);
+        void finish(std::string& out);
+    };
+
+    struct Impl;
+
+private:
+    std::shared_ptr<const Impl> impl_;  // immutable, shared by copies
+    void check_id(int32_t id) const;
+};
+
+}  // namespace specd

@@ -1,0 +1,379 @@
+// Lossless speculative decoding: exact (greedy) and statistical (sampling)
+// equality with plain decoding, the acceptance rule on hand-built
+// distributions, rollback invariants, and the draft-length controller.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <map>
+#include <memory>
+
+#include "engine/speculative.h"
+#include "support/models.h"
+#include "support/tiny_model.h"
+
+using namespace specd;
+
+namespace {
+
+std::unique_ptr<LlamaModel> load(const std::string& file) {
+    INFO("model " << test::model_path(file) << " (run tools/fetch-model.sh)");
+    REQUIRE(test::model_exists(file));
+    return LlamaModel::load(test::model_path(file));
+}
+
+// Pearson chi-square of observed counts against expected probabilities,
+// pooling cells whose expected count is below 5. Returns {statistic, df}.
+std::pair<double, int> chi_square(const std::map<int64_t, int64_t>& observed, const std::map<int64_t, double>& expected,
+                                  int64_t n) {
+    double stat = 0, pooled_obs = 0, pooled_exp = 0;
+    int cells = 0;
+    for (const auto& [key, p] : expected) {
+        const double e = p * static_cast<double>(n);
+        const auto it = observed.find(key);
+        const double o = it == observed.end() ? 0.0 : static_cast<double>(it->second);
+        if (e < 5.0) {
+            pooled_obs += o;
+            pooled_exp += e;
+            continue;
+        }
+        stat += (o - e) * (o - e) / e;
+        ++cells;
+    }
+    for (const auto& [key, count] : observed) {
+        if (!expected.count(key)) pooled_obs += static_cast<double>(count);  // impossible outcomes
+    }
+    if (pooled_exp > 0 || pooled_obs > 0) {
+        stat += (pooled_obs - pooled_exp) * (pooled_obs - pooled_exp) / std::max(pooled_exp, 1e-9);
+        ++cells;
+    }
+    return {stat, cells - 1};
+}
+
+std::vector<TokenProb> dist(std::initializer_list<TokenProb> l) { return l; }
+
+}  // namespace
+
+// ------------------------------------------------------ acceptance rule ---
+
+TEST_CASE("acceptance rule: p equal to q accepts every drafted token", "[spec][rule]") {
+    AcceptanceRule rule(8);
+    Rng rng(1);
+    const auto q = dist({{3, 0.5f}, {1, 0.3f}, {5, 0.2f}});
+    int accepted = 0;
+    for (int i = 0; i < 3000; ++i) {
+        const int32_t token = Sampler::draw(q, rng);
+        int32_t rec = -1;
+        accepted += rule.accept(q, q, token, rng, &rec);
+    }
+    CHECK(accepted == 3000);
+}
+
+TEST_CASE("acceptance rule: disjoint supports reject at once and recover from q", "[spec][rule]") {
+    AcceptanceRule rule(8);
+    Rng rng(2);
+    const auto q = dist({{0, 0.75f}, {1, 0.25f}});
+    const auto p = dist({{6, 0.6f}, {7, 0.4f}});
+    std::map<int64_t, int64_t> counts;
+    const int n = 8000;
+    for (int i = 0; i < n; ++i) {
+        int32_t rec = -1;
+        REQUIRE_FALSE(rule.accept(q, p, i % 2 ? 6 : 7, rng, &rec));
+        ++counts[rec];
+    }
+    const auto [stat, df] = chi_square(counts, {{0, 0.75}, {1, 0.25}}, n);
+    CHECK(stat < test::chi_square_critical_001(df));
+}
+
+TEST_CASE("acceptance rule: the recovered token follows normalize(max(0, q - p))", "[spec][rule]") {
+    AcceptanceRule rule(8);
+    const auto q = dist({{0, 0.4f}, {1, 0.3f}, {2, 0.2f}, {3, 0.1f}});
+    const auto p = dist({{0, 0.1f}, {1, 0.6f}, {2, 0.1f}, {3, 0.2f}});
+    std::vector<TokenProb> r;
+    rule.residual(q, p, 1, r);
+    std::map<int32_t, float> res;
+    for (const TokenProb& tp : r) res[tp.id] = tp.p;
+    // max(0, q-p) = {0: .3, 2: .1}, normalised {0: .75, 2: .25}.
+    REQUIRE(res.size() == 2);
+    CHECK(res[0] == Approx(0.75f));
+    CHECK(res[2] == Approx(0.25f));
+    // And empirically, over drafts of token 1 (q/p = 0.5) and token 3 (0.5):
+    Rng rng(3);
+    std::map<int64_t, int64_t> counts;
+    int64_t rejected = 0, tries = 0;
+    for (int i = 0; i < 20000; ++i) {
+        int32_t rec = -1;
+        ++tries;
+        if (!rule.accept(q, p, i % 2 ? 1 : 3, rng, &rec)) {
+            ++rejected;
+            ++counts[rec];
+        }
+    }
+    CHECK(std::abs(static_cast<double>(rejected) / static_cast<double>(tries) - 0.5) < 0.02);
+    // Rejections of token 3 recover from max(0, q-p) = {0: .3, 1: 0, 2: .1} too, the same residual.
+    const auto [stat, df] = chi_square(counts, {{0, 0.75}, {2, 0.25}}, rejected);
+    CHECK(stat < test::chi_square_critical_001(df));
+}
+
+TEST_CASE("acceptance rule: a point-mass q (greedy) accepts exactly its own token", "[spec][rule]") {
+    AcceptanceRule rule(8);
+    Rng rng(4);
+    const auto q = dist({{5, 1.0f}});
+    int32_t rec = -1;
+    CHECK(rule.accept(q, {}, 5, rng, &rec));
+    CHECK_FALSE(rule.accept(q, {}, 4, rng, &rec));
+    CHECK(rec == 5);
+}
+
+// --------------------------------------------------- greedy: exact match ---
+
+TEST_CASE("greedy speculative output is token-identical to plain decoding for every proposer and draft length",
+          "[spec][greedy]") {
+    const std::vector<std::string> prompts = {
+        "Once upon a time", "Lily and Ben went to the park.", "The cat sat on the mat. The cat sat on the",
+        "One day, a little girl named Sue found a shiny rock.", "Tom had a red ball. Tom had a red",
+        "The sun was hot", "Max the dog liked to run", "Anna saw a big bird in the tree. She"};
+    for (const char* target_file : {"stories15M-f32.gguf", "stories15M-q8_0.gguf"}) {
+        auto target = load(target_file);
+        auto draft_q4 = load("stories15M-q4_0.gguf");
+        auto draft_q8 = load("stories15M-q8_0.gguf");
+        ThreadPool pool(2);
+        ForwardPass fwd(*target, pool);
+        const int32_t n_ctx = target->hparams().n_ctx_train;
+        PagedKvCache kv(fwd.kv_shape(n_ctx, 1));
+        PlainDecoder plain(fwd, kv);
+        DraftModelProposer q4(*target, *draft_q4, pool, n_ctx);
+        DraftModelProposer q8(*target, *draft_q8, pool, n_ctx);
+        NgramProposer ngram(1, 4);
+        GenerationParams gp;
+        gp.max_tokens = 60;
+        gp.sampling.temperature = 0.0f;
+        for (size_t pi = 0; pi < prompts.size(); ++pi) {
+            const auto ids = target->tokenizer().encode(prompts[pi], true);
+            const GenerationResult reference = plain.generate(ids, gp);
+            for (Proposer* proposer : {static_cast<Proposer*>(&q4), static_cast<Proposer*>(&q8), static_cast<Proposer*>(&ngram)}) {
+                for (int32_t k : {1, 2, 4, 8, 16}) {
+                    if (proposer == &q8 && pi % 2) continue;  // keep the suite fast: q8 on half the prompts
+                    SpeculativeDecoder spec(fwd, kv, proposer);
+                    SpeculativeParams sp;
+                    sp.draft_max = k;
+                    sp.adaptive = (k == 8);  // the dynamic controller at the default length
+                    const SpeculativeResult r = spec.generate(ids, gp, sp);
+                    INFO(target_file << " | " << proposer->name() << " k=" << k << " | prompt: " << prompts[pi]);
+                    REQUIRE(r.tokens == reference.tokens);
+                    CHECK(r.stop == reference.stop);
+                    CHECK(kv.used_blocks() == 0);
+                }
+            }
+        }
+    }
+}
+
+TEST_CASE("greedy: the q8_0 self-draft is accepted almost always, the q4_0 less, n-gram on repeats", "[spec][greedy]") {
+    auto target = load("stories15M-f32.gguf");
+    auto draft_q8 = load("stories15M-q8_0.gguf");
+    ThreadPool pool(2);
+    ForwardPass fwd(*target, pool);
+    PagedKvCache kv(fwd.kv_shape(256, 1));
+    DraftModelProposer q8(*target, *draft_q8, pool, 256);
+    SpeculativeDecoder spec(fwd, kv, &q8);
+    GenerationParams gp;
+    gp.max_tokens = 100;
+    gp.sampling.temperature = 0.0f;
+    SpeculativeParams sp;
+    sp.adaptive = false;
+    const auto ids = target->tokenizer().encode("Once upon a time", true);
+    const SpeculativeResult r = spec.generate(ids, gp, sp);
+    CHECK(r.stats.acceptance_rate() > 0.9);
+    CHECK(r.stats.mean_accept_len() > 5.0);
+    size_t drafted = 0;
+    for (bool b : r.from_draft) drafted += b;
+    CHECK(static_cast<int64_t>(drafted) == r.stats.n_accepted);
+}
+
+// --------------------------------------------------- sampling: statistics ---
+
+TEST_CASE("sampled speculative output follows the target distribution (chi-square, tiny models)", "[spec][stats]") {
+    const std::string target_path = test::write_tiny_model(test::temp_path("target.gguf"), 11);
+    const std::string draft_path = test::write_tiny_model(test::temp_path("draft.gguf"), 12);
+    auto target = LlamaModel::load(target_path);
+    auto draft = LlamaModel::load(draft_path);
+    std::filesystem::remove(target_path);
+    std::filesystem::remove(draft_path);
+    ThreadPool pool(1);
+    ForwardPass fwd(*target, pool);
+    PagedKvCache kv(fwd.kv_shape(32, 2));
+    const std::vector<int32_t> prompt = {1, 3, 5};
+
+    for (const SamplingParams sampling : {SamplingParams{1.0f, 0, 1.0f, 0.0f, 1.0f, 64, 7},
+                                          SamplingParams{0.7f, 4, 0.9f, 0.05f, 1.0f, 64, 7}}) {
+        // Exact joint distribution of the first two generated tokens under plain
+        // sampling, by enumeration with the target and the sampler's filters.
+        Sampler sampler(sampling, fwd.n_vocab());
+        std::vector<TokenProb> d1, d2;
+        std::map<int64_t, double> expected;
+        std::vector<int32_t> ctx = prompt;
+        {
+            const int32_t s = kv.create_sequence();
+            auto logits = prefill(fwd, kv, s, ctx);
+            std::vector<float> l1(logits.begin(), logits.end());
+            sampler.distribution(l1.data(), ctx, d1);
+            kv.free_sequence(s);
+        }
+        for (const TokenProb& a : d1) {
+            std::vector<int32_t> c2 = prompt;
+            c2.push_back(a.id);
+            const int32_t s = kv.create_sequence();
+            auto logits = prefill(fwd, kv, s, c2);
+            std::vector<float> l2(logits.begin(), logits.end());
+            sampler.distribution(l2.data(), c2, d2);
+            kv.free_sequence(s);
+            for (const TokenProb& b : d2) expected[a.id * 8 + b.id] += static_cast<double>(a.p) * b.p;
+        }
+
+        DraftModelProposer proposer(*target, *draft, pool, 32);
+        NgramProposer ngram(1, 2);
+        const int64_t n = 12000;
+        for (Proposer* p : {static_cast<Proposer*>(&proposer), static_cast<Proposer*>(&ngram)}) {
+            SpeculativeDecoder spec(fwd, kv, p);
+            std::map<int64_t, int64_t> observed;
+            int64_t drafted = 0;
+            for (int64_t i = 0; i < n; ++i) {
+                GenerationParams gp;
+                gp.max_tokens = 4;
+                gp.stop_at_eos = false;
+                gp.sampling = sampling;
+                gp.sampling.seed = 1000 + static_cast<uint64_t>(i);
+                SpeculativeParams sp;
+                sp.draft_max = 3;
+                sp.adaptive = false;
+                const SpeculativeResult r = spec.generate(prompt, gp, sp);
+                REQUIRE(r.tokens.size() == 4);
+                ++observed[r.tokens[0] * 8 + r.tokens[1]];
+                drafted += r.stats.n_drafted;
+            }
+            CHECK(drafted > n);  // speculation really happened
+            const auto [stat, df] = chi_square(observed, expected, n);
+            INFO(p->name() << " temp " << sampling.temperature << ": chi2 " << stat << " df " << df);
+            CHECK(stat < test::chi_square_critical_001(df));
+        }
+
+        // The test has power: the draft model's own samples fail it.
+        {
+            ForwardPass dfwd(*draft, pool);
+            PagedKvCache dkv(dfwd.kv_shape(32, 1));
+            PlainDecoder draft_plain(dfwd, dkv);
+            std::map<int64_t, int64_t> observed;
+            for (int64_t i = 0; i < n; ++i) {
+                GenerationParams gp;
+                gp.max_tokens = 2;
+                gp.stop_at_eos = false;
+                gp.sampling = sampling;
+                gp.sampling.seed = 5000 + static_cast<uint64_t>(i);
+                const GenerationResult r = draft_plain.generate(prompt, gp);
+                ++observed[r.tokens[0] * 8 + r.tokens[1]];
+            }
+            const auto [stat, df] = chi_square(observed, expected, n);
+            CHECK(stat > test::chi_square_critical_001(df));
+        }
+    }
+}
+
+// ---------------------------------------------------------------- rollback ---
+
+TEST_CASE("rollback: after every step the target and draft caches equal a fresh prefill of the accepted tokens",
+          "[spec][rollback]") {
+    auto target = load("stories15M-f32.gguf");
+    auto draft = load("stories15M-q4_0.gguf");
+    ThreadPool pool(2);
+    ForwardPass fwd(*target, pool);
+    PagedKvCache kv(fwd.kv_shape(128, 1));
+    DraftModelProposer proposer(*target, *draft, pool, 128);
+    ForwardPass fresh_target(*target, pool), fresh_draft(*draft, pool);
+    PagedKvCache fresh_kv_t(fresh_target.kv_shape(128, 1)), fresh_kv_d(fresh_draft.kv_shape(128, 1));
+    const LlamaHparams& hp = target->hparams();
+    int steps = 0, mismatches = 0;
+    auto same_cache = [&](const PagedKvCache& a, int32_t sa, ForwardPass& f, PagedKvCache& fresh,
+                          std::span<const int32_t> tokens) {
+        const int32_t s = fresh.create_sequence();
+        prefill(f, fresh, s, tokens);
+        bool same = a.length(sa) == static_cast<int32_t>(tokens.size());
+        for (int32_t l = 0; same && l < hp.n_layers; ++l) {
+            for (int32_t p = 0; same && p < a.length(sa); ++p) {
+                for (int32_t i = 0; i < hp.kv_dim(); ++i) {
+                    if (std::fabs(a.key(sa, l, p)[i] - fresh.key(s, l, p)[i]) > 1e-4f ||
+                        std::fabs(a.value(sa, l, p)[i] - fresh.value(s, l, p)[i]) > 1e-4f) {
+                        same = false;
+                        break;
+                    }
+                }
+            }
+        }
+        fresh.free_sequence(s);
+        return same;
+    };
+    SpeculativeDecoder spec(fwd, kv, &proposer);
+    spec.set_step_observer([&](const PagedKvCache& cache, int32_t seq, std::span<const int32_t> accepted) {
+        ++steps;
+        // Target: everything but the pending last token.
+        if (!same_cache(cache, seq, fresh_target, fresh_kv_t, accepted.first(accepted.size() - 1))) ++mismatches;
+        // Draft: a prefix of the accepted tokens.
+        const auto cached = accepted.first(static_cast<size_t>(proposer.cached_tokens()));
+        if (!same_cache(proposer.kv(), proposer.sequence(), fresh_draft, fresh_kv_d, cached)) ++mismatches;
+    });
+    GenerationParams gp;
+    gp.max_tokens = 50;
+    gp.sampling.temperature = 0.8f;
+    gp.sampling.seed = 9;
+    SpeculativeParams sp;
+    sp.draft_max = 6;
+    sp.adaptive = false;
+    const auto r = spec.generate(target->tokenizer().encode("Once upon a time", true), gp, sp);
+    CHECK(steps > 5);
+    CHECK(r.stats.n_accepted < r.stats.n_drafted);  // there were rejections to roll back
+    CHECK(mismatches == 0);
+}
+
+// ----------------------------------------------------------- controller ---
+
+TEST_CASE("draft length controller: drafts long with a good draft and turns speculation off with a bad one",
+          "[spec][adaptive]") {
+    SpeculativeParams sp;
+    sp.draft_max = 8;
+    DraftLengthController good(sp), bad(sp);
+    for (int i = 0; i < 50; ++i) {
+        const int32_t kg = good.next_k();
+        good.record(kg, kg, 0.3 * kg, 2.0 + 0.05 * kg);  // everything accepted, cheap draft
+        const int32_t kb = bad.next_k();
+        bad.record(kb, 0, 0.5 * kb, 2.0 + 0.05 * kb);  // nothing accepted
+    }
+    CHECK(good.next_k() >= 6);
+    int plain = 0;
+    for (int i = 0; i < 32; ++i) {
+        const int32_t k = bad.next_k();
+        plain += k == 0;
+        bad.record(k, 0, 0.5 * k, 2.0);
+    }
+    CHECK(plain >= 28);  // plain decoding, with an occasional probe
+}
+
+TEST_CASE("speculative params: bad values are refused with the field named", "[spec]") {
+    SpeculativeParams sp;
+    sp.draft_max = -1;
+    CHECK_THROWS_WITH(sp.validate(), Catch::Contains("draft-max"));
+    sp.draft_max = 4;
+    sp.draft_min = 5;
+    CHECK_THROWS_WITH(sp.validate(), Catch::Contains("draft-min"));
+    sp.draft_min = 0;
+    sp.draft_p_min = 1.5f;
+    CHECK_THROWS_WITH(sp.validate(), Catch::Contains("draft-p-min"));
+    CHECK_THROWS_WITH(NgramProposer(3, 2), Catch::Contains("ngram"));
+}
+
+TEST_CASE("draft vocabulary that differs from the target's is refused before any work", "[spec]") {
+    auto target = load("stories15M-f32.gguf");
+    const std::string tiny = test::write_tiny_model(test::temp_path("tinyvocab.gguf"), 3);
+    auto draft = LlamaModel::load(tiny);
+    std::filesystem::remove(tiny);
+    ThreadPool pool(1);
+    CHECK_THROWS_WITH(DraftModelProposer(*target, *draft, pool, 64), Catch::Contains("vocabulary sizes differ"));
+}
