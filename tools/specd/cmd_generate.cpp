@@ -12,6 +12,7 @@
 
 #include "engine/error.h"
 #include "engine/generate.h"
+#include "engine/membw.h"
 #include "engine/model.h"
 #include "engine/speculative.h"
 #include "tools/specd/commands.h"
@@ -142,6 +143,7 @@ struct BenchOptions {
     int32_t n_gen = 128;
     int32_t repetitions = 5;
     bool json = false;
+    bool bandwidth = false;
 };
 
 struct Stat {
@@ -195,6 +197,18 @@ void run_bench(const BenchOptions& o) {
     if (o.n_prompt < 0 || o.n_gen < 0) throw Error("-p and -n must be >= 0");
     for (int32_t t : o.threads) check_threads(t);
     nlohmann::json rows = nlohmann::json::array();
+    std::vector<double> bandwidth;  // bytes/s per entry of o.threads
+    if (o.bandwidth) {
+        for (int32_t threads : o.threads) {
+            ThreadPool pool(threads);
+            bandwidth.push_back(measure_read_bandwidth(pool));
+            if (!o.json) {
+                std::printf("DRAM read bandwidth, %d threads (1 GiB streamed, median of 5): %.1f GB/s\n", threads,
+                            bandwidth.back() / 1e9);
+            }
+        }
+        if (!o.json) std::printf("\n");
+    }
     if (!o.json) {
         std::printf("| model | type | size | threads | isa | test | t/s (mean ± sd) | median |\n");
         std::printf("| --- | --- | ---: | ---: | --- | --- | ---: | ---: |\n");
@@ -202,7 +216,8 @@ void run_bench(const BenchOptions& o) {
     for (const std::string& path : o.models) {
         const std::unique_ptr<LlamaModel> model = LlamaModel::load(path);
         const int32_t n_ctx = model->hparams().n_ctx_train;
-        for (int32_t threads : o.threads) {
+        for (size_t ti = 0; ti < o.threads.size(); ++ti) {
+            const int32_t threads = o.threads[ti];
             ThreadPool pool(threads);
             ForwardPass fwd(*model, pool);
             PagedKvCache kv(fwd.kv_shape(n_ctx, 1));
@@ -227,9 +242,16 @@ void run_bench(const BenchOptions& o) {
                                     {"isa", isa_name(fwd.isa())}, {"test", t.name}, {"tokens_per_s", tps},
                                     {"mean", s.mean}, {"sd", s.sd}, {"median", s.median}});
                 } else {
-                    std::printf("| %s | %s | %.2f MiB | %d | %s | %s | %.2f ± %.2f | %.2f |\n", model->name().c_str(),
+                    std::string bound;
+                    if (!bandwidth.empty() && !t.pp) {
+                        const double limit = bandwidth[ti] / static_cast<double>(model->weight_bytes());
+                        char buf[96];
+                        std::snprintf(buf, sizeof buf, " (%.0f%% of the %.0f t/s bandwidth bound)", 100.0 * s.median / limit, limit);
+                        bound = buf;
+                    }
+                    std::printf("| %s | %s | %.2f MiB | %d | %s | %s | %.2f ± %.2f | %.2f%s |\n", model->name().c_str(),
                                 tensor_type_name(model->weight_type()), mib, threads, isa_name(fwd.isa()),
-                                t.name.c_str(), s.mean, s.sd, s.median);
+                                t.name.c_str(), s.mean, s.sd, s.median, bound.c_str());
                     std::fflush(stdout);
                 }
             }
@@ -263,6 +285,7 @@ void register_generate_commands(CLI::App& app) {
     b->add_option("-n,--n-gen", bench->n_gen, "generated tokens for the tg test; 0 = skip")->capture_default_str();
     b->add_option("-r,--repetitions", bench->repetitions, "timed runs per test")->capture_default_str();
     b->add_flag("--json", bench->json, "print JSON instead of the table");
+    b->add_flag("--bandwidth", bench->bandwidth, "also measure DRAM read bandwidth and the tg bound it implies");
     b->callback([bench] { run_bench(*bench); });
 }
 
