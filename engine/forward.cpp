@@ -212,7 +212,8 @@ void ForwardPass::run_layers(int ith, int nth, PagedKvCache& kv) {
         }
         pool_.barrier();
 
-        attention_rows(ith, nth, kv, l);  // writes xb_ rows
+        attention(ith, nth, kv, l);  // writes xb_ rows
+        pool_.barrier();
         in_wo_.prepare_rows(isa_, xb_.data(), dim, static_cast<int>(rows.begin), static_cast<int>(rows.end));
         pool_.barrier();
 
@@ -269,46 +270,47 @@ void ForwardPass::run_layers(int ith, int nth, PagedKvCache& kv) {
     }
 }
 
-// Causal attention of this thread's rows over their sequences' cached keys
-// and values (grouped-query: n_heads / n_kv_heads query heads share one kv
-// head). Output rows go to xb_ (M, dim).
-void ForwardPass::attention_rows(int ith, int nth, PagedKvCache& kv, int32_t layer) {
+// Causal attention over the sequences' cached keys and values, split over
+// (row, head) pairs so that a single decoding row still uses every thread
+// (grouped-query: n_heads / n_kv_heads query heads share one kv head).
+// Output rows go to xb_ (M, dim).
+void ForwardPass::attention(int ith, int nth, PagedKvCache& kv, int32_t layer) {
     const LlamaHparams& hp = model_.hparams();
     const int64_t dim = hp.dim, kvd = hp.kv_dim(), qkv_ld = dim + 2 * kvd;
     const int32_t hd = hp.head_dim, group = hp.n_heads / hp.n_kv_heads, bs = kv.shape().block_size;
     const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
     float* scores = &scores_[static_cast<size_t>(ith) * static_cast<size_t>(n_ctx_max_)];  // (n_ctx)
-    const Range rows = split_range(n_rows_, ith, nth);
-    for (int64_t t = rows.begin; t < rows.end; ++t) {
+    const Range units = split_range(static_cast<int64_t>(n_rows_) * hp.n_heads, ith, nth);
+    for (int64_t u = units.begin; u < units.end; ++u) {
+        const int64_t t = u / hp.n_heads;
+        const int32_t h = static_cast<int32_t>(u % hp.n_heads);
         const int32_t seq = row_seq_[static_cast<size_t>(t)], n_pos = row_pos_[static_cast<size_t>(t)] + 1;
         const int32_t n_blocks = kv.blocks_for(n_pos);
-        for (int32_t h = 0; h < hp.n_heads; ++h) {
-            const float* q = &qkv_[t * qkv_ld + static_cast<int64_t>(h) * hd];
-            const int64_t kv_off = static_cast<int64_t>(h / group) * hd;
-            float max_score = -INFINITY;
-            for (int32_t b = 0; b < n_blocks; ++b) {
-                const float* kb = kv.key_block(seq, layer, b);  // (block_size, kv_dim)
-                const int32_t n = std::min(bs, n_pos - b * bs);
-                for (int32_t j = 0; j < n; ++j) {
-                    const float sc = dot_f32(isa_, q, kb + static_cast<int64_t>(j) * kvd + kv_off, hd) * scale;
-                    scores[b * bs + j] = sc;
-                    max_score = std::max(max_score, sc);
-                }
+        const float* q = &qkv_[t * qkv_ld + static_cast<int64_t>(h) * hd];
+        const int64_t kv_off = static_cast<int64_t>(h / group) * hd;
+        float max_score = -INFINITY;
+        for (int32_t b = 0; b < n_blocks; ++b) {
+            const float* kb = kv.key_block(seq, layer, b);  // (block_size, kv_dim)
+            const int32_t n = std::min(bs, n_pos - b * bs);
+            for (int32_t j = 0; j < n; ++j) {
+                const float sc = dot_f32(isa_, q, kb + static_cast<int64_t>(j) * kvd + kv_off, hd) * scale;
+                scores[b * bs + j] = sc;
+                max_score = std::max(max_score, sc);
             }
-            float sum = 0.0f;
-            for (int32_t p = 0; p < n_pos; ++p) {
-                scores[p] = std::exp(scores[p] - max_score);
-                sum += scores[p];
-            }
-            const float inv = 1.0f / sum;
-            float* out = &xb_[t * dim + static_cast<int64_t>(h) * hd];
-            std::fill(out, out + hd, 0.0f);
-            for (int32_t b = 0; b < n_blocks; ++b) {
-                const float* vb = kv.value_block(seq, layer, b);  // (block_size, kv_dim)
-                const int32_t n = std::min(bs, n_pos - b * bs);
-                for (int32_t j = 0; j < n; ++j) {
-                    axpy_f32(isa_, scores[b * bs + j] * inv, vb + static_cast<int64_t>(j) * kvd + kv_off, out, hd);
-                }
+        }
+        float sum = 0.0f;
+        for (int32_t p = 0; p < n_pos; ++p) {
+            scores[p] = std::exp(scores[p] - max_score);
+            sum += scores[p];
+        }
+        const float inv = 1.0f / sum;
+        float* out = &xb_[t * dim + static_cast<int64_t>(h) * hd];
+        std::fill(out, out + hd, 0.0f);
+        for (int32_t b = 0; b < n_blocks; ++b) {
+            const float* vb = kv.value_block(seq, layer, b);  // (block_size, kv_dim)
+            const int32_t n = std::min(bs, n_pos - b * bs);
+            for (int32_t j = 0; j < n; ++j) {
+                axpy_f32(isa_, scores[b * bs + j] * inv, vb + static_cast<int64_t>(j) * kvd + kv_off, out, hd);
             }
         }
     }

@@ -57,7 +57,7 @@ public:
 
 private:
     void run_layers(int ith, int nth, PagedKvCache& kv);
-    void attention_rows(int ith, int nth, PagedKvCache& kv, int32_t layer);
+    void attention(int ith, int nth, PagedKvCache& kv, int32_t layer);
 
     const LlamaModel& model_;
     ThreadPool& pool_;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <climits>
 #include <cmath>
 #include <queue>
 #include <unordered_map>
@@ -87,6 +88,16 @@ struct Tokenizer::Impl {
         const auto it = id_by_text.find(text);
         return it == id_by_text.end() ? -1 : it->second;
     }
+    // A token the merge may produce: Normal or UserDefined. Control, Unknown
+    // and Byte tokens are left out, as SentencePiece does (llama.cpp does
+    // not), or plain text such as "<s" + ">" could merge into a control
+    // token; Unused/Undefined ones too, as they would decode to nothing.
+    int32_t lookup_mergeable(std::string_view text) const {
+        const int32_t id = lookup(text);
+        if (id < 0) return -1;
+        const TokenType t = type(id);
+        return t == TokenType::Normal || t == TokenType::UserDefined ? id : -1;
+    }
     void encode_spm(std::string_view text, std::vector<int32_t>& out) const;
 };
 
@@ -124,9 +135,11 @@ struct BigramOrder {
 }  // namespace
 
 // SentencePiece BPE on one already normalised run of text (no special
-// tokens inside), exactly as llama.cpp's llm_tokenizer_spm_session.
+// tokens inside), as llama.cpp's llm_tokenizer_spm_session except that merges
+// never produce Control/Unknown/Byte tokens (see lookup_mergeable).
 void Tokenizer::Impl::encode_spm(std::string_view text, std::vector<int32_t>& out) const {
     if (text.empty()) return;
+    if (text.size() >= static_cast<size_t>(INT32_MAX)) throw Error("tokenizer: the text is too long (2 GiB or more)");
     std::vector<Symbol> symbols;
     symbols.reserve(text.size());
     for (size_t offset = 0; offset < text.size();) {
@@ -142,7 +155,7 @@ void Tokenizer::Impl::encode_spm(std::string_view text, std::vector<int32_t>& ou
         if (left < 0 || right < 0) return;
         const Symbol& l = symbols[static_cast<size_t>(left)];
         const Symbol& r = symbols[static_cast<size_t>(right)];
-        const int32_t id = lookup(text.substr(l.offset, l.size + r.size));
+        const int32_t id = lookup_mergeable(text.substr(l.offset, l.size + r.size));
         if (id < 0) return;
         queue.push({left, right, vocab.scores[static_cast<size_t>(id)], l.size + r.size});
     };
@@ -167,7 +180,7 @@ void Tokenizer::Impl::encode_spm(std::string_view text, std::vector<int32_t>& ou
     for (int32_t i = 0; i != -1; i = symbols[static_cast<size_t>(i)].next) {
         const Symbol& s = symbols[static_cast<size_t>(i)];
         const std::string_view piece = text.substr(s.offset, s.size);
-        const int32_t id = lookup(piece);
+        const int32_t id = lookup_mergeable(piece);
         if (id >= 0) {
             out.push_back(id);
             continue;
@@ -263,7 +276,7 @@ Tokenizer::Tokenizer(VocabData v) {
         const char spelled[6] = {'<', '0', 'x', hex[b >> 4], hex[b & 15], '>'};
         int32_t id = impl->lookup(std::string_view(spelled, 6));
         const char raw = static_cast<char>(b);
-        if (id < 0) id = impl->lookup(std::string_view(&raw, 1));  // llama.cpp's fallback: the byte as text
+        if (id < 0) id = impl->lookup_mergeable(std::string_view(&raw, 1));  // llama.cpp's fallback: the byte as text
         impl->byte_token[static_cast<size_t>(b)] = id;
     }
     // Longer special tokens are matched first (llama.cpp's tokenizer_st_partition).

@@ -4,6 +4,10 @@
 // into UTF-8 characters, and the adjacent pair whose concatenation is the
 // highest-scoring vocabulary token is merged until no pair is a token.
 // Characters that never became a token fall back to byte tokens "<0xXX>".
+// Unlike llama.cpp, a merge only forms Normal and UserDefined tokens (never
+// Control, Unknown or Byte ones, as SentencePiece; nor Unused ones, which
+// would decode to nothing), so plain text cannot turn into "</s>". On the
+// Llama-2 vocabulary no such merge exists: the output is llama.cpp's.
 #pragma once
 
 #include <cstdint>

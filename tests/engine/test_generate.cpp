@@ -32,7 +32,7 @@ Run greedy(const std::string& file, const std::string& prompt, int32_t n) {
     const auto ids = model->tokenizer().encode(prompt, true);
     Run r;
     r.result = dec.generate(ids, p);
-    r.text = prompt + model->tokenizer().decode(r.result.tokens);
+    r.text = prompt + model->tokenizer().decode(r.result.tokens, DecodeAt::Continuation);
     CHECK(kv.used_blocks() == 0);  // the decoder frees its sequence
     return r;
 }

@@ -76,7 +76,7 @@ void run_generate(const GenerateOptions& o) {
     params.max_tokens = o.n_predict;
     params.sampling = o.sampling;
 
-    Tokenizer::StreamDecoder stream(tok);
+    Tokenizer::StreamDecoder stream(tok, DecodeAt::Continuation);
     std::string text;
     if (!o.json) {
         std::fputs(o.prompt.c_str(), stdout);

@@ -1,0 +1,377 @@
+// Dispatch, PreparedInput and the portable scalar kernels: the reference the
+// SIMD builds are tested against, and the path for CPUs without AVX2.
+
+#include "engine/kernels.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <string>
+
+#include "engine/error.h"
+#include "engine/kernels_internal.h"
+
+namespace specd {
+
+// ------------------------------------------------------------- ISA choice ---
+
+namespace {
+
+#if defined(__x86_64__) || defined(__i386__)
+void cpuid(uint32_t leaf, uint32_t sub, uint32_t r[4]) {
+    __asm__ volatile("cpuid" : "=a"(r[0]), "=b"(r[1]), "=c"(r[2]), "=d"(r[3]) : "a"(leaf), "c"(sub));
+}
+
+uint64_t xgetbv0() {
+    uint32_t lo, hi;
+    // Encoded by the assembler without -mxsave, so this file stays ISA-flag free.
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    return (static_cast<uint64_t>(hi) << 32) | lo;
+}
+
+Isa detect_cpu_isa() {
+    uint32_t r[4];
+    cpuid(0, 0, r);
+    const uint32_t max_leaf = r[0];
+    if (max_leaf < 7) return Isa::Scalar;
+    cpuid(1, 0, r);
+    const bool osxsave = (r[2] >> 27) & 1, avx = (r[2] >> 28) & 1, fma = (r[2] >> 12) & 1, f16c = (r[2] >> 29) & 1;
+    if (!osxsave || !avx) return Isa::Scalar;
+    const uint64_t xcr0 = xgetbv0();
+    const bool os_ymm = (xcr0 & 0x6) == 0x6;     // SSE + AVX state
+    const bool os_zmm = (xcr0 & 0xe6) == 0xe6;   // + opmask, ZMM_Hi256, Hi16_ZMM
+    cpuid(7, 0, r);
+    const bool avx2 = (r[1] >> 5) & 1, bmi2 = (r[1] >> 8) & 1;
+    const bool f512 = (r[1] >> 16) & 1, dq = (r[1] >> 17) & 1, bw = (r[1] >> 30) & 1, vl = (r[1] >> 31) & 1;
+    const bool vnni = (r[2] >> 11) & 1;
+    if (!os_ymm || !avx2 || !fma || !f16c || !bmi2) return Isa::Scalar;
+    if (os_zmm && f512 && dq && bw && vl && vnni) return Isa::Avx512;
+    return Isa::Avx2;
+}
+#else
+Isa detect_cpu_isa() { return Isa::Scalar; }
+#endif
+
+}  // namespace
+
+Isa cpu_isa() {
+    static const Isa isa = detect_cpu_isa();
+    return isa;
+}
+
+bool isa_supported(Isa isa) { return static_cast<int>(isa) <= static_cast<int>(cpu_isa()); }
+
+Isa best_isa() {
+    const Isa cpu = cpu_isa();
+    const char* env = std::getenv("SPECD_ISA");
+    if (env == nullptr || *env == '\0') return cpu;
+    const std::string v(env);
+    Isa want;
+    if (v == "scalar") want = Isa::Scalar;
+    else if (v == "avx2") want = Isa::Avx2;
+    else if (v == "avx512") want = Isa::Avx512;
+    else throw Error("SPECD_ISA=" + v + " is not one of scalar, avx2, avx512");
+    return static_cast<int>(want) < static_cast<int>(cpu) ? want : cpu;
+}
+
+const char* isa_name(Isa isa) {
+    switch (isa) {
+        case Isa::Scalar: return "scalar";
+        case Isa::Avx2: return "avx2";
+        case Isa::Avx512: return "avx512";
+    }
+    return "unknown";
+}
+
+// ---------------------------------------------------------- PreparedInput ---
+
+namespace {
+
+constexpr size_t kAlign = 64;
+
+size_t align_up(size_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
+
+int64_t round16(int64_t k) { return (k + 15) / 16 * 16; }
+
+bool is_quant(TensorType t) { return t == TensorType::Q8_0 || t == TensorType::Q4_0; }
+
+// Bytes of the float layout, which is the larger of the two for any shape.
+size_t float_layout_bytes(int rows, int64_t k, bool panels) {
+    const size_t r = static_cast<size_t>(rows);
+    size_t bytes = align_up(r * static_cast<size_t>(round16(k)) * sizeof(float));
+    if (panels) bytes += align_up((r + 15) / 16 * 16 * static_cast<size_t>(k) * sizeof(float));
+    return bytes;
+}
+
+size_t quant_layout_bytes(int rows, int64_t k) {
+    const size_t r = static_cast<size_t>(rows), nb = static_cast<size_t>(k / kQuantBlock);
+    return align_up(r * static_cast<size_t>(k)) + 2 * align_up(r * nb * 4);
+}
+
+}  // namespace
+
+void PreparedInput::FreeAligned::operator()(void* p) const { ::operator delete(p, std::align_val_t(kAlign)); }
+
+PreparedInput::PreparedInput() = default;
+PreparedInput::~PreparedInput() = default;
+PreparedInput::PreparedInput(PreparedInput&&) noexcept = default;
+PreparedInput& PreparedInput::operator=(PreparedInput&&) noexcept = default;
+
+void PreparedInput::reserve(int max_rows, int64_t max_k) {
+    if (max_rows < 0 || max_k < 0) throw Error("PreparedInput::reserve: negative size");
+    const size_t want = std::max(float_layout_bytes(max_rows, max_k, max_rows >= kPanelMinRows),
+                                 quant_layout_bytes(max_rows, max_k));
+    if (want <= capacity_bytes_) return;
+    buffer_.reset(static_cast<unsigned char*>(::operator new(want, std::align_val_t(kAlign))));
+    capacity_bytes_ = want;
+    f32_ = panel_ = nullptr;
+    q8_ = nullptr;
+    qd_ = nullptr;
+    qc_ = nullptr;
+    rows_ = 0;
+    k_ = kp_ = 0;
+}
+
+void PreparedInput::set_shape(TensorType weight_type, int rows, int64_t k) {
+    if (rows < 0 || k < 0) throw Error("PreparedInput::set_shape: negative size");
+    if (!tensor_type_supported(static_cast<uint32_t>(weight_type))) {
+        throw Error("PreparedInput::set_shape: unsupported weight type " + std::to_string(static_cast<uint32_t>(weight_type)));
+    }
+    if (is_quant(weight_type) && k % kQuantBlock != 0) {
+        throw Error(std::string("matmul: K = ") + std::to_string(k) + " is not a multiple of 32 for " +
+                    tensor_type_name(weight_type) + " weights");
+    }
+    const bool panels = !is_quant(weight_type) && rows >= kPanelMinRows;
+    const size_t need = is_quant(weight_type) ? quant_layout_bytes(rows, k) : float_layout_bytes(rows, k, panels);
+    if (need > capacity_bytes_) reserve(rows, k);  // beyond the reservation: the one place that allocates
+    type_ = weight_type;
+    rows_ = rows;
+    k_ = k;
+    kp_ = round16(k);
+    panels_ = panels;
+    layout();
+}
+
+void PreparedInput::layout() {
+    unsigned char* base = buffer_.get();
+    const size_t r = static_cast<size_t>(rows_);
+    f32_ = panel_ = nullptr;
+    q8_ = nullptr;
+    qd_ = nullptr;
+    qc_ = nullptr;
+    if (base == nullptr) return;  // nothing reserved and an empty shape
+    if (quantized()) {
+        const size_t nb = static_cast<size_t>(n_blocks());
+        q8_ = reinterpret_cast<int8_t*>(base);
+        qd_ = reinterpret_cast<float*>(base + align_up(r * static_cast<size_t>(k_)));
+        qc_ = reinterpret_cast<int32_t*>(base + align_up(r * static_cast<size_t>(k_)) + align_up(r * nb * 4));
+        return;
+    }
+    f32_ = reinterpret_cast<float*>(base);
+    if (panels_) {
+        panel_ = reinterpret_cast<float*>(base + align_up(r * static_cast<size_t>(kp_) * sizeof(float)));
+        // Lanes past the last row stay zero so the panel kernels can run
+        // whole 16-row vectors without reading garbage.
+        const int used = rows_ % 16;
+        if (used != 0) {
+            float* last = panel_ + static_cast<int64_t>(rows_ / 16) * k_ * 16;
+            for (int64_t kk = 0; kk < k_; ++kk) std::fill(last + kk * 16 + used, last + kk * 16 + 16, 0.0f);
+        }
+    }
+}
+
+void PreparedInput::prepare_rows(Isa isa, const float* x, int64_t ldx, int row_begin, int row_end) {
+    if (row_begin < 0 || row_end > rows_ || row_begin > row_end) {
+        throw Error("PreparedInput::prepare_rows: rows [" + std::to_string(row_begin) + ", " + std::to_string(row_end) +
+                    ") outside the shape's " + std::to_string(rows_));
+    }
+    if (!isa_supported(isa)) throw Error(std::string("matmul: ISA ") + isa_name(isa) + " is not supported by this CPU");
+    if (quantized()) {
+        for (int r = row_begin; r < row_end; ++r) {
+            const float* xr = x + static_cast<int64_t>(r) * ldx;
+            const kern::QuantDst dst{q8_ + static_cast<int64_t>(r) * kQuantBlock, qd_ + r, qc_ + r,
+                                     static_cast<int64_t>(rows_) * kQuantBlock, rows_,
+                                     type_ == TensorType::Q8_0 ? -128 : -8};
+            switch (isa) {
+                case Isa::Avx512: kern::quantize_act_avx512(xr, k_, dst); break;
+                case Isa::Avx2: kern::quantize_act_avx2(xr, k_, dst); break;
+                case Isa::Scalar: kern::quantize_act_scalar(xr, k_, dst); break;
+            }
+        }
+        return;
+    }
+    const int64_t chunks = kp_ / 16;
+    for (int r = row_begin; r < row_end; ++r) {
+        const float* xr = x + static_cast<int64_t>(r) * ldx;
+        for (int64_t c = 0; c < chunks; ++c) {
+            float* dst = f32_ + (c * rows_ + r) * 16;
+            const int64_t n = std::min<int64_t>(16, k_ - c * 16);
+            std::memcpy(dst, xr + c * 16, static_cast<size_t>(n) * sizeof(float));
+            std::fill(dst + n, dst + 16, 0.0f);
+        }
+    }
+    if (panels_) {
+        // (k, 16) panels: row r is lane r % 16 of panel r / 16.
+        for (int r = row_begin; r < row_end; ++r) {
+            const float* xr = x + static_cast<int64_t>(r) * ldx;
+            float* p = panel_ + static_cast<int64_t>(r / 16) * k_ * 16 + (r % 16);
+            for (int64_t kk = 0; kk < k_; ++kk) p[kk * 16] = xr[kk];
+        }
+    }
+}
+
+// ----------------------------------------------------------- scalar kernels ---
+
+namespace kern {
+
+void quantize_act_scalar(const float* x, int64_t k, const QuantDst& dst) {
+    for (int64_t b = 0; b < k / kQuantBlock; ++b) {
+        int8_t* q = dst.q + b * dst.stride;
+        const float* xb = x + b * kQuantBlock;
+        float amax = 0.0f;
+        for (int j = 0; j < kQuantBlock; ++j) amax = std::max(amax, std::fabs(xb[j]));
+        const float db = amax / 127.0f;
+        const float id = db != 0.0f ? 1.0f / db : 0.0f;
+        int32_t sum = 0;
+        for (int j = 0; j < kQuantBlock; ++j) {
+            // |x * id| <= 127 up to rounding, so the result fits int8.
+            const float v = std::round(xb[j] * id);
+            int qi = 0;  // NaN stays 0
+            if (v >= 127.0f) qi = 127;
+            else if (v <= -127.0f) qi = -127;
+            else if (v == v) qi = static_cast<int>(v);
+            q[j] = static_cast<int8_t>(qi);
+            sum += qi;
+        }
+        dst.d[b * dst.dstride] = db;
+        dst.corr[b * dst.dstride] = dst.corr_mul * sum;
+    }
+}
+
+namespace {
+
+template <TensorType T>
+float load_w(const void* row, int64_t k) {
+    if constexpr (T == TensorType::F32) return static_cast<const float*>(row)[k];
+    if constexpr (T == TensorType::F16) return fp16_to_fp32(static_cast<const uint16_t*>(row)[k]);
+    if constexpr (T == TensorType::BF16) return bf16_to_fp32(static_cast<const uint16_t*>(row)[k]);
+    return 0.0f;
+}
+
+template <TensorType T>
+void matmul_float_scalar(const unsigned char* W, size_t row_bytes, const PreparedInput& x, float* y, int64_t ldy,
+                         int64_t n0, int64_t n1) {
+    const int64_t K = x.k();
+    for (int64_t n = n0; n < n1; ++n) {
+        const void* w = W + static_cast<size_t>(n) * row_bytes;
+        for (int t = 0; t < x.rows(); ++t) {
+            float acc = 0.0f;
+            for (int64_t k = 0; k < K; ++k) acc += load_w<T>(w, k) * x.f32_chunk(k / 16, t)[k % 16];
+            y[t * ldy + n] = acc;
+        }
+    }
+}
+
+// Integer dot products per block, scaled in float: sum_b dw_b * dx_b * isum_b.
+template <TensorType T>
+void matmul_quant_scalar(const unsigned char* W, size_t row_bytes, const PreparedInput& x, float* y, int64_t ldy,
+                         int64_t n0, int64_t n1) {
+    const int64_t nb = x.n_blocks();
+    for (int64_t n = n0; n < n1; ++n) {
+        const unsigned char* w = W + static_cast<size_t>(n) * row_bytes;
+        for (int t = 0; t < x.rows(); ++t) {
+            float acc = 0.0f;
+            for (int64_t b = 0; b < nb; ++b) {
+                const int8_t* xq = x.q8_block(b, t);
+                int32_t isum = 0;
+                float dw;
+                if constexpr (T == TensorType::Q8_0) {
+                    const BlockQ8_0* blk = reinterpret_cast<const BlockQ8_0*>(w) + b;
+                    for (int j = 0; j < kQuantBlock; ++j) isum += blk->qs[j] * xq[j];
+                    dw = fp16_to_fp32(blk->d);
+                } else {
+                    const BlockQ4_0* blk = reinterpret_cast<const BlockQ4_0*>(w) + b;
+                    for (int j = 0; j < kQuantBlock / 2; ++j) {
+                        isum += ((blk->qs[j] & 0x0f) - 8) * xq[j];
+                        isum += ((blk->qs[j] >> 4) - 8) * xq[j + 16];
+                    }
+                    dw = fp16_to_fp32(blk->d);
+                }
+                acc += dw * *x.q8_scale(b, t) * static_cast<float>(isum);
+            }
+            y[t * ldy + n] = acc;
+        }
+    }
+}
+
+}  // namespace
+
+void matmul_scalar(TensorType type, const void* W, const PreparedInput& x, float* y, int64_t ldy, int64_t n0,
+                   int64_t n1) {
+    const unsigned char* w = static_cast<const unsigned char*>(W);
+    const size_t rb = tensor_row_bytes(type, x.k());
+    switch (type) {
+        case TensorType::F32: matmul_float_scalar<TensorType::F32>(w, rb, x, y, ldy, n0, n1); return;
+        case TensorType::F16: matmul_float_scalar<TensorType::F16>(w, rb, x, y, ldy, n0, n1); return;
+        case TensorType::BF16: matmul_float_scalar<TensorType::BF16>(w, rb, x, y, ldy, n0, n1); return;
+        case TensorType::Q8_0: matmul_quant_scalar<TensorType::Q8_0>(w, rb, x, y, ldy, n0, n1); return;
+        case TensorType::Q4_0: matmul_quant_scalar<TensorType::Q4_0>(w, rb, x, y, ldy, n0, n1); return;
+    }
+}
+
+}  // namespace kern
+
+// --------------------------------------------------------------- dispatch ---
+
+void matmul(Isa isa, TensorType type, const void* W, const PreparedInput& x, float* y, int64_t ldy, int64_t n_begin,
+            int64_t n_end) {
+    if (type != x.weight_type()) {
+        throw Error(std::string("matmul: input prepared for ") + tensor_type_name(x.weight_type()) + " weights, called with " +
+                    tensor_type_name(type));
+    }
+    if (n_begin < 0 || n_end < n_begin) throw Error("matmul: bad output range");
+    if (!isa_supported(isa)) throw Error(std::string("matmul: ISA ") + isa_name(isa) + " is not supported by this CPU");
+    if (n_begin == n_end || x.rows() == 0) return;
+    if (x.k() == 0) {
+        for (int t = 0; t < x.rows(); ++t) std::fill(y + t * ldy + n_begin, y + t * ldy + n_end, 0.0f);
+        return;
+    }
+    switch (isa) {
+        case Isa::Avx512: kern::matmul_avx512(type, W, x, y, ldy, n_begin, n_end); return;
+        case Isa::Avx2: kern::matmul_avx2(type, W, x, y, ldy, n_begin, n_end); return;
+        case Isa::Scalar: kern::matmul_scalar(type, W, x, y, ldy, n_begin, n_end); return;
+    }
+}
+
+float dot_f32(Isa isa, const float* a, const float* b, int64_t n) {
+    switch (isa) {
+        case Isa::Avx512: return kern::dot_f32_avx512(a, b, n);
+        case Isa::Avx2: return kern::dot_f32_avx2(a, b, n);
+        case Isa::Scalar: break;
+    }
+    float acc = 0.0f;
+    for (int64_t i = 0; i < n; ++i) acc += a[i] * b[i];
+    return acc;
+}
+
+void axpy_f32(Isa isa, float alpha, const float* x, float* y, int64_t n) {
+    switch (isa) {
+        case Isa::Avx512: kern::axpy_f32_avx512(alpha, x, y, n); return;
+        case Isa::Avx2: kern::axpy_f32_avx2(alpha, x, y, n); return;
+        case Isa::Scalar: break;
+    }
+    for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
+}
+
+void dequantize_row_isa(Isa isa, TensorType type, const void* src, float* dst, int64_t n) {
+    switch (isa) {
+        case Isa::Avx512: kern::dequantize_row_avx512(type, src, dst, n); return;
+        case Isa::Avx2: kern::dequantize_row_avx2(type, src, dst, n); return;
+        case Isa::Scalar: break;
+    }
+    dequantize_row(type, src, dst, n);
+}
+
+}  // namespace specd

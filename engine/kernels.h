@@ -1,0 +1,113 @@
+// The CPU matmul of the forward pass and the few vector helpers attention and
+// the norms need, each in three builds chosen at run time: a portable scalar
+// reference, AVX2+FMA+F16C and AVX-512 (F/BW/VL/DQ + VNNI). Weights are used
+// in place, in their file layout (tensor_type.h); activations are prepared
+// once per matmul into a PreparedInput that every thread reads.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "engine/tensor_type.h"
+
+namespace specd {
+
+enum class Isa { Scalar, Avx2, Avx512 };
+
+// The best instruction set this CPU and OS support (AVX-512 needs
+// F+BW+VL+DQ+VNNI and OS-enabled zmm state). The environment variable
+// SPECD_ISA=scalar|avx2|avx512 lowers the choice, never raises it; any other
+// value throws specd::Error.
+Isa best_isa();
+// What the CPU supports, ignoring SPECD_ISA.
+Isa cpu_isa();
+// True when `isa` can run on this CPU.
+bool isa_supported(Isa isa);
+const char* isa_name(Isa isa);  // "scalar", "avx2", "avx512"
+
+// Activations of one matmul, prepared once and shared read-only by the
+// threads that split N. For f32/f16/bf16 weights the rows stay f32 (zero
+// padded to a multiple of 16, plus a 16-row-panel transposed copy when there
+// are many rows); for q8_0/q4_0 weights they are quantised to q8_0 blocks of
+// 32 (K % 32 == 0), as ggml does, with f32 scales.
+class PreparedInput {
+public:
+    PreparedInput();
+    ~PreparedInput();
+    PreparedInput(PreparedInput&&) noexcept;
+    PreparedInput& operator=(PreparedInput&&) noexcept;
+    PreparedInput(const PreparedInput&) = delete;
+    PreparedInput& operator=(const PreparedInput&) = delete;
+
+    // Allocates room for up to max_rows rows of max_k elements for any
+    // weight type; set_shape/prepare_rows never allocate within it.
+    void reserve(int max_rows, int64_t max_k);
+    // Fixes the shape of the next prepare/matmul. Single-threaded. Grows the
+    // capacity (allocates) only beyond what reserve() asked for. Throws
+    // specd::Error for negative sizes, an unsupported type, or K % 32 != 0
+    // with a quantised weight type.
+    void set_shape(TensorType weight_type, int rows, int64_t k);
+    // x: (rows, k) f32, row stride ldx floats. Prepares rows
+    // [row_begin, row_end) only, so threads can split the rows (disjoint
+    // ranges, same shape); every row must be prepared before matmul.
+    void prepare_rows(Isa isa, const float* x, int64_t ldx, int row_begin, int row_end);
+
+    int rows() const { return rows_; }
+    int64_t k() const { return k_; }
+    TensorType weight_type() const { return type_; }
+
+    // ---- layout, read by the kernels (kernels_internal.h documents it) ----
+    // Rows are interleaved per k-chunk / per block so a kernel reaches row
+    // t0 + r of a chunk at a constant offset r * 64 (float) or r * 32 (int8).
+    bool quantized() const { return type_ == TensorType::Q8_0 || type_ == TensorType::Q4_0; }
+    int64_t kp() const { return kp_; }  // k rounded up to 16 (float layout)
+    int64_t n_blocks() const { return k_ / kQuantBlock; }
+    bool has_panels() const { return panels_; }
+    // Float layout: chunk c (16 elements) of row r, zero past k.
+    const float* f32_chunk(int64_t c, int r) const { return f32_ + (c * rows_ + r) * 16; }
+    // Panel p: (k, 16), element [kk][l] = x[16p + l][kk], 0 past the last row.
+    const float* panel(int p) const { return panel_ + static_cast<int64_t>(p) * k_ * 16; }
+    // Quantised layout: block b of row r.
+    const int8_t* q8_block(int64_t b, int r) const { return q8_ + (b * rows_ + r) * kQuantBlock; }
+    const float* q8_scale(int64_t b, int r) const { return qd_ + b * rows_ + r; }
+    const int32_t* q8_corr(int64_t b, int r) const { return qc_ + b * rows_ + r; }
+
+    // Rows at which the float layout also keeps 16-row panels (the large-
+    // rows, compute-bound kernels read those).
+    static constexpr int kPanelMinRows = 16;
+
+private:
+    void layout();
+
+    TensorType type_ = TensorType::F32;
+    int rows_ = 0;
+    int64_t k_ = 0;
+    int64_t kp_ = 0;
+    bool panels_ = false;
+    size_t capacity_bytes_ = 0;
+    struct FreeAligned {
+        void operator()(void* p) const;
+    };
+    std::unique_ptr<unsigned char, FreeAligned> buffer_;  // capacity_bytes_, 64-byte aligned
+    float* f32_ = nullptr;     // (kp/16, rows, 16) x, chunk-major
+    float* panel_ = nullptr;   // (ceil(rows/16), k, 16) x transposed in 16-row panels
+    int8_t* q8_ = nullptr;     // (n_blocks, rows, 32) quantised x, block-major
+    float* qd_ = nullptr;      // (n_blocks, rows) activation scale per block
+    int32_t* qc_ = nullptr;    // (n_blocks, rows) -128*sum(q) for q8_0 weights, -8*sum(q) for q4_0
+};
+
+// y[t*ldy + n] = dot(W row n, x row t) for n in [n_begin, n_end), t in
+// [0, x.rows()). W: (N, K) rows in `type`'s layout, row stride
+// tensor_row_bytes(type, K); `type` must be x.weight_type(). Thread-safe for
+// disjoint n ranges; allocates nothing.
+void matmul(Isa isa, TensorType type, const void* W, const PreparedInput& x, float* y, int64_t ldy, int64_t n_begin,
+            int64_t n_end);
+
+// Small vector helpers (any n).
+float dot_f32(Isa isa, const float* a, const float* b, int64_t n);
+void axpy_f32(Isa isa, float alpha, const float* x, float* y, int64_t n);  // y += alpha*x
+// dst (n) f32 = row src of `type` (an embedding lookup).
+void dequantize_row_isa(Isa isa, TensorType type, const void* src, float* dst, int64_t n);
+
+}  // namespace specd

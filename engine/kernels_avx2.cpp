@@ -1,0 +1,449 @@
+// AVX2 + FMA + F16C kernels: the same three matmul shapes as the AVX-512
+// file (see there), sized for 16 ymm registers and without masks or VNNI.
+//
+//  * float weights, few rows: dot tiles of 4 weight rows x up to 2 activation
+//    rows; K tails go through a zero-padded copy of the weights.
+//  * float weights, many rows: the 8-row packed weights (kc, 8) against one
+//    16-row panel (two ymm) for 4 weight rows at a time.
+//  * q8_0/q4_0: 8 weight rows of a block are transposed (lane i = row i) into
+//    an L1 buffer for a chunk of blocks, then every activation row runs over
+//    the buffer. Without VNNI the int8 products are vpmaddubsw (unsigned x
+//    signed, 16-bit sums) + vpmaddwd: q4_0 nibbles 0..15 x activations can sum
+//    all 8 groups in 16 bits (8 * 2 * 15 * 127 < 2^15) and subtract 8*sum(x)
+//    via the prepared correction; q8_0 uses ggml's sign trick
+//    (|w| x sign(x, w)) so no 16-bit sum saturates.
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+#include <type_traits>
+
+#include "engine/kernels_internal.h"
+
+namespace specd::kern {
+
+namespace {
+
+template <TensorType T>
+inline __m256 load_w8(const unsigned char* row, int64_t k) {
+    if constexpr (T == TensorType::F32) {
+        return _mm256_loadu_ps(reinterpret_cast<const float*>(row) + k);
+    } else if constexpr (T == TensorType::F16) {
+        return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * k)));
+    } else {
+        const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * k));
+        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    }
+}
+
+template <TensorType T>
+inline float load_w1(const unsigned char* row, int64_t k) {
+    if constexpr (T == TensorType::F32) {
+        float v;
+        std::memcpy(&v, row + 4 * k, 4);
+        return v;
+    } else {
+        uint16_t h;
+        std::memcpy(&h, row + 2 * k, 2);
+        return T == TensorType::F16 ? fp16_to_fp32(h) : bf16_to_fp32(h);
+    }
+}
+
+inline float hsum8(__m256 v) {
+    const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
+}
+
+// [sum(a0), sum(a1), sum(a2), sum(a3)].
+inline __m128 reduce4(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
+    const __m256 t01 = _mm256_hadd_ps(a0, a1), t23 = _mm256_hadd_ps(a2, a3);
+    const __m256 u = _mm256_hadd_ps(t01, t23);  // per 128-bit lane: parts of a0..a3
+    return _mm_add_ps(_mm256_castps256_ps128(u), _mm256_extractf128_ps(u, 1));
+}
+
+inline void transpose8(__m256 r[8]) {
+    const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+    const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+    const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+    const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+    const __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xee);
+    const __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xee);
+    const __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xee);
+    const __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xee);
+    r[0] = _mm256_permute2f128_ps(s0, s4, 0x20);
+    r[1] = _mm256_permute2f128_ps(s1, s5, 0x20);
+    r[2] = _mm256_permute2f128_ps(s2, s6, 0x20);
+    r[3] = _mm256_permute2f128_ps(s3, s7, 0x20);
+    r[4] = _mm256_permute2f128_ps(s0, s4, 0x31);
+    r[5] = _mm256_permute2f128_ps(s1, s5, 0x31);
+    r[6] = _mm256_permute2f128_ps(s2, s6, 0x31);
+    r[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
+}
+
+inline int32_t load_i32(const void* p) {
+    int32_t v;
+    std::memcpy(&v, p, 4);
+    return v;
+}
+
+// ------------------------------------------------- float weights, dot tiles ---
+
+// y[t0 + j][n + i] for i < MR, j < NR; w: weight row n.
+template <TensorType T, int MR, int NR>
+void dot_tile(const unsigned char* w, size_t rb, int64_t K, const PreparedInput& x, int t0, float* y, int64_t ldy) {
+    __m256 acc[MR][NR];
+    for (int i = 0; i < MR; ++i)
+        for (int j = 0; j < NR; ++j) acc[i][j] = _mm256_setzero_ps();
+    const int64_t rows = x.rows();
+    const float* xc = x.f32_chunk(0, t0);  // chunk c of row t0 + j at xc + (c*rows + j)*16
+    auto step = [&](auto load, const float* xk) {
+        for (int h = 0; h < 2; ++h) {
+            __m256 wv[MR];
+            for (int i = 0; i < MR; ++i) wv[i] = load(i, h);
+            for (int j = 0; j < NR; ++j) {
+                const __m256 xv = _mm256_load_ps(xk + j * 16 + 8 * h);
+                for (int i = 0; i < MR; ++i) acc[i][j] = _mm256_fmadd_ps(wv[i], xv, acc[i][j]);
+            }
+        }
+    };
+    int64_t k = 0;
+    for (; k + 16 <= K; k += 16, xc += rows * 16) {
+        step([&](int i, int h) { return load_w8<T>(w + i * rb, k + 8 * h); }, xc);
+    }
+    if (k < K) {
+        // Weight tail through a zero-padded copy (x is zero past K already).
+        alignas(32) float tail[MR][16] = {};
+        for (int i = 0; i < MR; ++i)
+            for (int64_t kk = k; kk < K; ++kk) tail[i][kk - k] = load_w1<T>(w + i * rb, kk);
+        step([&](int i, int h) { return _mm256_load_ps(&tail[i][8 * h]); }, xc);
+    }
+    for (int j = 0; j < NR; ++j) {
+        float* out = y + (t0 + j) * ldy;
+        if constexpr (MR == 4) {
+            _mm_storeu_ps(out, reduce4(acc[0][j], acc[1][j], acc[2][j], acc[3][j]));
+        } else {
+            for (int i = 0; i < MR; ++i) out[i] = hsum8(acc[i][j]);
+        }
+    }
+}
+
+template <TensorType T>
+void matmul_float_dot(const unsigned char* W, size_t rb, const PreparedInput& x, float* y, int64_t ldy, int64_t n0,
+                      int64_t n1) {
+    const int64_t K = x.k();
+    const int rows = x.rows();
+    int64_t n = n0;
+    for (; n + 4 <= n1; n += 4) {
+        int t0 = 0;
+        for (; t0 + 2 <= rows; t0 += 2) dot_tile<T, 4, 2>(W + n * rb, rb, K, x, t0, y + n, ldy);
+        if (t0 < rows) dot_tile<T, 4, 1>(W + n * rb, rb, K, x, t0, y + n, ldy);
+    }
+    for (; n < n1; ++n) {
+        int t0 = 0;
+        for (; t0 + 2 <= rows; t0 += 2) dot_tile<T, 1, 2>(W + n * rb, rb, K, x, t0, y + n, ldy);
+        if (t0 < rows) dot_tile<T, 1, 1>(W + n * rb, rb, K, x, t0, y + n, ldy);
+    }
+}
+
+// ----------------------------------------------- float weights, panel tiles ---
+
+constexpr int kPanelKc = 512;  // (512, 8) f32 packed weights = 16 KiB
+
+template <TensorType T>
+void pack_w8(const unsigned char* W, size_t rb, int64_t n, int nv, int64_t k0, int64_t kc, float* wbuf) {
+    const unsigned char* row[8];
+    for (int i = 0; i < 8; ++i) row[i] = W + (n + std::min(i, nv - 1)) * rb;
+    int64_t k = 0;
+    for (; k + 8 <= kc; k += 8) {
+        __m256 r[8];
+        for (int i = 0; i < 8; ++i) r[i] = i < nv ? load_w8<T>(row[i], k0 + k) : _mm256_setzero_ps();
+        transpose8(r);
+        for (int j = 0; j < 8; ++j) _mm256_store_ps(wbuf + (k + j) * 8, r[j]);
+    }
+    for (; k < kc; ++k) {
+        for (int i = 0; i < 8; ++i) wbuf[k * 8 + i] = i < nv ? load_w1<T>(row[i], k0 + k) : 0.0f;
+    }
+}
+
+// Weight rows 4h..4h+4 of the packed (kc, 8) tile against panel p.
+void panel_tile(const float* wbuf, int h, int64_t kc, const PreparedInput& x, int p, int64_t k0, float* y, int64_t ldy,
+                int nv, bool accumulate) {
+    __m256 acc[4][2];
+    for (int i = 0; i < 4; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+    const float* xp = x.panel(p) + k0 * 16;
+    const float* wb = wbuf + 4 * h;
+    for (int64_t k = 0; k < kc; ++k) {
+        const __m256 x0 = _mm256_load_ps(xp + k * 16), x1 = _mm256_load_ps(xp + k * 16 + 8);
+        for (int i = 0; i < 4; ++i) {
+            const __m256 b = _mm256_broadcast_ss(wb + k * 8 + i);
+            acc[i][0] = _mm256_fmadd_ps(b, x0, acc[i][0]);
+            acc[i][1] = _mm256_fmadd_ps(b, x1, acc[i][1]);
+        }
+    }
+    alignas(32) float out[4][16];  // [weight row][activation row in panel]
+    for (int i = 0; i < 4; ++i) {
+        _mm256_store_ps(&out[i][0], acc[i][0]);
+        _mm256_store_ps(&out[i][8], acc[i][1]);
+    }
+    const int rows = x.rows();
+    const int ni = std::min(4, nv - 4 * h);
+    for (int l = 0; l < 16 && 16 * p + l < rows; ++l) {
+        float* o = y + (16 * p + l) * ldy + 4 * h;
+        for (int i = 0; i < ni; ++i) o[i] = accumulate ? o[i] + out[i][l] : out[i][l];
+    }
+}
+
+template <TensorType T>
+void matmul_float_panels(const unsigned char* W, size_t rb, const PreparedInput& x, float* y, int64_t ldy, int64_t n0,
+                         int64_t n1) {
+    alignas(64) float wbuf[kPanelKc * 8];  // (kc, 8) packed weights
+    const int64_t K = x.k();
+    const int n_panels = (x.rows() + 15) / 16;
+    for (int64_t n = n0; n < n1; n += 8) {
+        const int nv = static_cast<int>(std::min<int64_t>(8, n1 - n));
+        for (int64_t k0 = 0; k0 < K; k0 += kPanelKc) {
+            const int64_t kc = std::min<int64_t>(kPanelKc, K - k0);
+            pack_w8<T>(W, rb, n, nv, k0, kc, wbuf);
+            for (int p = 0; p < n_panels; ++p) {
+                for (int h = 0; h < 2 && 4 * h < nv; ++h) panel_tile(wbuf, h, kc, x, p, k0, y + n, ldy, nv, k0 > 0);
+            }
+        }
+    }
+}
+
+// ------------------------------------------------------ quantised weights ---
+
+// One block of 8 weight rows, transposed: g[j] lane i = bytes 4j..4j+3 of
+// row i's 32 values (q4_0: nibbles 0..15; q8_0: |w|), sgn (q8_0 only) =
+// the signed bytes whose signs sign(x, w) applies, s lane i = row i's scale.
+struct QTile8 {
+    __m256i g[8];
+    __m256i sgn[8];
+    __m256 s;
+};
+
+template <TensorType T>
+void load_qtile8(const unsigned char* W, size_t rb, int64_t n, int nv, int64_t b, QTile8& t) {
+    constexpr size_t bb = T == TensorType::Q8_0 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0);
+    const unsigned char* row[8];  // block b of row n + i (rows past nv repeat the last one)
+    for (int i = 0; i < 8; ++i) row[i] = W + (n + std::min(i, nv - 1)) * rb + static_cast<size_t>(b) * bb;
+    alignas(16) uint16_t d[8];
+    for (int i = 0; i < 8; ++i) std::memcpy(&d[i], row[i], 2);
+    t.s = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(d)));
+    if constexpr (T == TensorType::Q8_0) {
+        __m256 r[8];
+        for (int i = 0; i < 8; ++i) r[i] = _mm256_castsi256_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row[i] + 2)));
+        transpose8(r);  // r[j] lane i = dword j of row i
+        for (int j = 0; j < 8; ++j) {
+            t.sgn[j] = _mm256_castps_si256(r[j]);
+            t.g[j] = _mm256_sign_epi8(t.sgn[j], t.sgn[j]);  // |w| (-128 -> 128 as unsigned)
+        }
+    } else {
+        // Z[m] = rows m | 4+m (16 bytes each); a 4x4 dword transpose per 128-bit lane
+        // leaves lane 4L + m = row 4L + m.
+        __m256i z[4];
+        for (int m = 0; m < 4; ++m) {
+            const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row[m] + 2));
+            const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row[4 + m] + 2));
+            z[m] = _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1);
+        }
+        const __m256i a0 = _mm256_unpacklo_epi32(z[0], z[1]), a1 = _mm256_unpackhi_epi32(z[0], z[1]);
+        const __m256i a2 = _mm256_unpacklo_epi32(z[2], z[3]), a3 = _mm256_unpackhi_epi32(z[2], z[3]);
+        const __m256i q[4] = {_mm256_unpacklo_epi64(a0, a2), _mm256_unpackhi_epi64(a0, a2),
+                              _mm256_unpacklo_epi64(a1, a3), _mm256_unpackhi_epi64(a1, a3)};
+        const __m256i low4 = _mm256_set1_epi8(0x0f);
+        for (int g = 0; g < 4; ++g) {
+            t.g[g] = _mm256_and_si256(q[g], low4);
+            t.g[g + 4] = _mm256_and_si256(_mm256_srli_epi16(q[g], 4), low4);
+        }
+    }
+}
+
+template <TensorType T>
+inline __m256 q_block_row(const QTile8& t, const PreparedInput& x, int64_t b, int r) {
+    const int8_t* q = x.q8_block(b, r);
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i isum;
+    if constexpr (T == TensorType::Q4_0) {
+        __m256i s16 = _mm256_maddubs_epi16(t.g[0], _mm256_set1_epi32(load_i32(q)));
+        for (int g = 1; g < 8; ++g) s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(t.g[g], _mm256_set1_epi32(load_i32(q + 4 * g))));
+        isum = _mm256_add_epi32(_mm256_madd_epi16(s16, ones), _mm256_set1_epi32(*x.q8_corr(b, r)));
+    } else {
+        __m256i a = _mm256_setzero_si256(), c = _mm256_setzero_si256();
+        for (int g = 0; g < 8; g += 2) {
+            const __m256i x0 = _mm256_sign_epi8(_mm256_set1_epi32(load_i32(q + 4 * g)), t.sgn[g]);
+            const __m256i x1 = _mm256_sign_epi8(_mm256_set1_epi32(load_i32(q + 4 * g + 4)), t.sgn[g + 1]);
+            a = _mm256_add_epi32(a, _mm256_madd_epi16(_mm256_maddubs_epi16(t.g[g], x0), ones));
+            c = _mm256_add_epi32(c, _mm256_madd_epi16(_mm256_maddubs_epi16(t.g[g + 1], x1), ones));
+        }
+        isum = _mm256_add_epi32(a, c);
+    }
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(t.s, _mm256_set1_ps(*x.q8_scale(b, r))));
+}
+
+constexpr int kQChunk = 32;  // blocks per transposed chunk (32 * 544 bytes = 17 KiB)
+
+template <TensorType T>
+void matmul_quant(const unsigned char* W, size_t rb, const PreparedInput& x, float* y, int64_t ldy, int64_t n0,
+                  int64_t n1) {
+    QTile8 tiles[kQChunk];  // transposed blocks b0 .. b0 + nbc of weight rows n .. n + 8
+    const int64_t nb = x.n_blocks();
+    const int rows = x.rows();
+    for (int64_t n = n0; n < n1; n += 8) {
+        const int nv = static_cast<int>(std::min<int64_t>(8, n1 - n));
+        for (int64_t b0 = 0; b0 < nb; b0 += kQChunk) {
+            const int64_t nbc = std::min<int64_t>(kQChunk, nb - b0);
+            for (int64_t b = 0; b < nbc; ++b) load_qtile8<T>(W, rb, n, nv, b0 + b, tiles[b]);
+            for (int r = 0; r < rows; ++r) {
+                __m256 f0 = _mm256_setzero_ps(), f1 = _mm256_setzero_ps();
+                int64_t b = 0;
+                for (; b + 2 <= nbc; b += 2) {
+                    f0 = _mm256_add_ps(f0, q_block_row<T>(tiles[b], x, b0 + b, r));
+                    f1 = _mm256_add_ps(f1, q_block_row<T>(tiles[b + 1], x, b0 + b + 1, r));
+                }
+                if (b < nbc) f0 = _mm256_add_ps(f0, q_block_row<T>(tiles[b], x, b0 + b, r));
+                alignas(32) float out[8];
+                _mm256_store_ps(out, _mm256_add_ps(f0, f1));
+                float* o = y + r * ldy + n;
+                if (nv == 8 && b0 == 0) {
+                    _mm256_storeu_ps(o, _mm256_load_ps(out));
+                } else {
+                    for (int i = 0; i < nv; ++i) o[i] = b0 > 0 ? o[i] + out[i] : out[i];
+                }
+            }
+        }
+    }
+}
+
+template <TensorType T>
+void matmul_float(const unsigned char* W, size_t rb, const PreparedInput& x, float* y, int64_t ldy, int64_t n0,
+                  int64_t n1) {
+    if (x.has_panels()) matmul_float_panels<T>(W, rb, x, y, ldy, n0, n1);
+    else matmul_float_dot<T>(W, rb, x, y, ldy, n0, n1);
+}
+
+}  // namespace
+
+void matmul_avx2(TensorType type, const void* W, const PreparedInput& x, float* y, int64_t ldy, int64_t n0,
+                 int64_t n1) {
+    const unsigned char* w = static_cast<const unsigned char*>(W);
+    const size_t rb = tensor_row_bytes(type, x.k());
+    switch (type) {
+        case TensorType::F32: matmul_float<TensorType::F32>(w, rb, x, y, ldy, n0, n1); return;
+        case TensorType::F16: matmul_float<TensorType::F16>(w, rb, x, y, ldy, n0, n1); return;
+        case TensorType::BF16: matmul_float<TensorType::BF16>(w, rb, x, y, ldy, n0, n1); return;
+        case TensorType::Q8_0: matmul_quant<TensorType::Q8_0>(w, rb, x, y, ldy, n0, n1); return;
+        case TensorType::Q4_0: matmul_quant<TensorType::Q4_0>(w, rb, x, y, ldy, n0, n1); return;
+    }
+}
+
+// ------------------------------------------------------------ other kernels ---
+
+void quantize_act_avx2(const float* x, int64_t k, const QuantDst& dst) {
+    const __m256 sign = _mm256_set1_ps(-0.0f), half = _mm256_set1_ps(0.5f), one = _mm256_set1_ps(1.0f);
+    for (int64_t b = 0; b < k / kQuantBlock; ++b) {
+        __m256 v[4];
+        __m256 m = _mm256_setzero_ps();
+        for (int i = 0; i < 4; ++i) {
+            v[i] = _mm256_loadu_ps(x + b * 32 + 8 * i);
+            m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v[i]));
+        }
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        const float amax = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
+        const float d = amax / 127.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        const __m256 vid = _mm256_set1_ps(id);
+        __m256i q[4];
+        for (int i = 0; i < 4; ++i) {
+            // round half away from zero, as std::round.
+            const __m256 s = _mm256_mul_ps(v[i], vid);
+            const __m256 t = _mm256_round_ps(s, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+            const __m256 up = _mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_sub_ps(s, t)), half, _CMP_GE_OQ);
+            const __m256 r = _mm256_add_ps(t, _mm256_and_ps(up, _mm256_or_ps(one, _mm256_and_ps(sign, s))));
+            q[i] = _mm256_max_epi32(_mm256_min_epi32(_mm256_cvttps_epi32(r), _mm256_set1_epi32(127)), _mm256_set1_epi32(-127));
+        }
+        // int32 -> int8 keeping order: packs work per 128-bit lane, then fix the lane order.
+        const __m256i w01 = _mm256_packs_epi32(q[0], q[1]), w23 = _mm256_packs_epi32(q[2], q[3]);
+        const __m256i bytes = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(w01, w23), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst.q + b * dst.stride), bytes);
+        __m256i s = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+        __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
+        dst.d[b * dst.dstride] = d;
+        dst.corr[b * dst.dstride] = dst.corr_mul * _mm_cvtsi128_si32(s4);
+    }
+}
+
+float dot_f32_avx2(const float* a, const float* b, int64_t n) {
+    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
+    }
+    for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+    float acc = hsum8(_mm256_add_ps(s0, s1));
+    for (; i < n; ++i) acc += a[i] * b[i];
+    return acc;
+}
+
+void axpy_f32_avx2(float alpha, const float* x, float* y, int64_t n) {
+    const __m256 va = _mm256_set1_ps(alpha);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+    for (; i < n; ++i) y[i] += alpha * x[i];
+}
+
+void dequantize_row_avx2(TensorType type, const void* src, float* dst, int64_t n) {
+    const unsigned char* s = static_cast<const unsigned char*>(src);
+    switch (type) {
+        case TensorType::F32:
+        case TensorType::F16:
+        case TensorType::BF16: {
+            int64_t i = 0;
+            auto run = [&](auto tag) {
+                constexpr TensorType T = decltype(tag)::value;
+                for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, load_w8<T>(s, i));
+                for (; i < n; ++i) dst[i] = load_w1<T>(s, i);
+            };
+            if (type == TensorType::F32) run(std::integral_constant<TensorType, TensorType::F32>{});
+            else if (type == TensorType::F16) run(std::integral_constant<TensorType, TensorType::F16>{});
+            else run(std::integral_constant<TensorType, TensorType::BF16>{});
+            return;
+        }
+        case TensorType::Q8_0: {
+            tensor_row_bytes(type, n);  // throws for n % 32 != 0
+            const BlockQ8_0* b = static_cast<const BlockQ8_0*>(src);
+            for (int64_t i = 0; i < n / 32; ++i) {
+                const __m256 d = _mm256_set1_ps(fp16_to_fp32(b[i].d));
+                for (int j = 0; j < 4; ++j) {
+                    const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b[i].qs + 8 * j));
+                    _mm256_storeu_ps(dst + 32 * i + 8 * j, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), d));
+                }
+            }
+            return;
+        }
+        case TensorType::Q4_0: {
+            tensor_row_bytes(type, n);
+            const BlockQ4_0* b = static_cast<const BlockQ4_0*>(src);
+            const __m256i eight = _mm256_set1_epi32(8), low4 = _mm256_set1_epi32(0x0f);
+            for (int64_t i = 0; i < n / 32; ++i) {
+                const __m256 d = _mm256_set1_ps(fp16_to_fp32(b[i].d));
+                for (int j = 0; j < 2; ++j) {
+                    const __m256i q = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b[i].qs + 8 * j)));
+                    const __m256i lo = _mm256_sub_epi32(_mm256_and_si256(q, low4), eight);
+                    const __m256i hi = _mm256_sub_epi32(_mm256_srli_epi32(q, 4), eight);
+                    _mm256_storeu_ps(dst + 32 * i + 8 * j, _mm256_mul_ps(_mm256_cvtepi32_ps(lo), d));
+                    _mm256_storeu_ps(dst + 32 * i + 16 + 8 * j, _mm256_mul_ps(_mm256_cvtepi32_ps(hi), d));
+                }
+            }
+            return;
+        }
+    }
+}
+
+}  // namespace specd::kern

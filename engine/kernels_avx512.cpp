@@ -1,0 +1,631 @@
+// AVX-512 (F/BW/VL/DQ + VNNI) kernels. Three matmul shapes:
+//
+//  * float weights, few rows (< kPanelMinRows): "dot" tiles of MR weight rows
+//    x NR activation rows, vectors along K, one horizontal reduction per
+//    output at the end. Every weight is loaded once for all rows; at rows=1
+//    this is a DRAM stream.
+//  * float weights, many rows: "panel" tiles. 8 weight rows are converted to
+//    f32 and interleaved per k into an L1 buffer (kc, 8), then each k
+//    broadcasts 8 weights against 3 panels of 16 activation rows: 24 FMA
+//    accumulators, no reductions, weights reused from L1 for all panels.
+//  * q8_0/q4_0 weights: 16 weight rows of one block are transposed in
+//    registers so lane i holds weight row i: G[g] = bytes 4g..4g+3 of every
+//    row's block. One vpdpbusd with a broadcast activation dword then serves
+//    16 weight rows, the int32 lanes need no reduction, and the float scaling
+//    (16 different weight scales x one activation scale) is one FMA per block
+//    and activation row. dpbusd multiplies unsigned x signed bytes, so the
+//    weights are made unsigned (q8_0: w ^ 0x80 = w + 128; q4_0: nibbles
+//    0..15 without their -8) and the prepared per-block correction
+//    (-128 or -8 times the activation sum) starts each integer sum.
+
+// GCC 12 warns about the self-initialised "undefined" vectors inside its own
+// AVX-512 intrinsics once they are inlined (GCC PR105593, fixed in 13).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+#include <type_traits>
+
+#include "engine/kernels_internal.h"
+
+namespace specd::kern {
+
+namespace {
+
+// ---------------------------------------------------------------- helpers ---
+
+inline __mmask16 tail_mask(int64_t n) { return static_cast<__mmask16>(n >= 16 ? 0xffff : (1u << n) - 1u); }
+
+// 16 weights of type T starting at element k of a row, as f32; masked
+// lanes read nothing and are zero.
+template <TensorType T>
+inline __m512 load_w16(const unsigned char* row, int64_t k) {
+    if constexpr (T == TensorType::F32) {
+        return _mm512_loadu_ps(reinterpret_cast<const float*>(row) + k);
+    } else if constexpr (T == TensorType::F16) {
+        return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * k)));
+    } else {
+        const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * k));
+        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    }
+}
+
+template <TensorType T>
+inline __m512 load_w16_mask(const unsigned char* row, int64_t k, __mmask16 m) {
+    if constexpr (T == TensorType::F32) {
+        return _mm512_maskz_loadu_ps(m, reinterpret_cast<const float*>(row) + k);
+    } else if constexpr (T == TensorType::F16) {
+        return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, row + 2 * k));
+    } else {
+        const __m256i h = _mm256_maskz_loadu_epi16(m, row + 2 * k);
+        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    }
+}
+
+// 8 weights of type T as f32 (for packing).
+template <TensorType T>
+inline __m256 load_w8(const unsigned char* row, int64_t k) {
+    if constexpr (T == TensorType::F32) {
+        return _mm256_loadu_ps(reinterpret_cast<const float*>(row) + k);
+    } else if constexpr (T == TensorType::F16) {
+        return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * k)));
+    } else {
+        const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * k));
+        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    }
+}
+
+template <TensorType T>
+inline float load_w1(const unsigned char* row, int64_t k) {
+    if constexpr (T == TensorType::F32) {
+        float v;
+        std::memcpy(&v, row + 4 * k, 4);
+        return v;
+    } else {
+        uint16_t h;
+        std::memcpy(&h, row + 2 * k, 2);
+        return T == TensorType::F16 ? fp16_to_fp32(h) : bf16_to_fp32(h);
+    }
+}
+
+// Per 128-bit lane: [sum-parts of a0, a1, a2, a3].
+inline __m512 partial4(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
+    const __m512 t01 = _mm512_add_ps(_mm512_unpacklo_ps(a0, a1), _mm512_unpackhi_ps(a0, a1));
+    const __m512 t23 = _mm512_add_ps(_mm512_unpacklo_ps(a2, a3), _mm512_unpackhi_ps(a2, a3));
+    return _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t01), _mm512_castps_pd(t23))),
+                         _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t01), _mm512_castps_pd(t23))));
+}
+
+// [sum(a0), sum(a1), sum(a2), sum(a3)].
+inline __m128 reduce4(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
+    const __m512 u = partial4(a0, a1, a2, a3);
+    const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(u), _mm512_extractf32x8_ps(u, 1));
+    return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+}
+
+// [sum(a0), ..., sum(a7)].
+inline __m256 reduce8(__m512 a0, __m512 a1, __m512 a2, __m512 a3, __m512 a4, __m512 a5, __m512 a6, __m512 a7) {
+    const __m512 u = partial4(a0, a1, a2, a3), v = partial4(a4, a5, a6, a7);
+    // [u.L0+u.L1, u.L2+u.L3, v.L0+v.L1, v.L2+v.L3]
+    const __m512 w = _mm512_add_ps(_mm512_shuffle_f32x4(u, v, 0x88), _mm512_shuffle_f32x4(u, v, 0xdd));
+    const __m512 z = _mm512_add_ps(_mm512_shuffle_f32x4(w, w, 0x88), _mm512_shuffle_f32x4(w, w, 0xdd));
+    return _mm512_castps512_ps256(z);
+}
+
+// In-register 8x8 transpose of f32.
+inline void transpose8(__m256 r[8]) {
+    const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+    const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+    const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+    const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+    const __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xee);
+    const __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xee);
+    const __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xee);
+    const __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xee);
+    r[0] = _mm256_permute2f128_ps(s0, s4, 0x20);
+    r[1] = _mm256_permute2f128_ps(s1, s5, 0x20);
+    r[2] = _mm256_permute2f128_ps(s2, s6, 0x20);
+    r[3] = _mm256_permute2f128_ps(s3, s7, 0x20);
+    r[4] = _mm256_permute2f128_ps(s0, s4, 0x31);
+    r[5] = _mm256_permute2f128_ps(s1, s5, 0x31);
+    r[6] = _mm256_permute2f128_ps(s2, s6, 0x31);
+    r[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
+}
+
+inline int32_t load_i32(const int8_t* p) {
+    int32_t v;
+    std::memcpy(&v, p, 4);
+    return v;
+}
+
+// ------------------------------------------------- float weights, dot tiles ---
+
+// y[t0 + j][n + i] for i < MR, j < NR. w: weight row n; rb: row bytes.
+template <TensorType T, int MR, int NR>
+void dot_tile(const unsigned char* w, size_t rb, int64_t K, const PreparedInput& x, int t0, float* y, int64_t ldy) {
+    __m512 acc[MR][NR];
+    for (int i = 0; i < MR; ++i)
+        for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_setzero_ps();
+    const int64_t rows = x.rows();
+    const float* xc = x.f32_chunk(0, t0);  // chunk c of row t0 + j at xc + (c*rows + j)*16
+    int64_t k = 0;
+    for (; k + 16 <= K; k += 16, xc += rows * 16) {
+        __m512 wv[MR];
+        for (int i = 0; i < MR; ++i) wv[i] = load_w16<T>(w + i * rb, k);
+        for (int j = 0; j < NR; ++j) {
+            const __m512 xv = _mm512_load_ps(xc + j * 16);
+            for (int i = 0; i < MR; ++i) acc[i][j] = _mm512_fmadd_ps(wv[i], xv, acc[i][j]);
+        }
+    }
+    if (k < K) {
+        const __mmask16 m = tail_mask(K - k);
+        __m512 wv[MR];
+        for (int i = 0; i < MR; ++i) wv[i] = load_w16_mask<T>(w + i * rb, k, m);
+        for (int j = 0; j < NR; ++j) {
+            const __m512 xv = _mm512_load_ps(xc + j * 16);  // zero past K
+            for (int i = 0; i < MR; ++i) acc[i][j] = _mm512_fmadd_ps(wv[i], xv, acc[i][j]);
+        }
+    }
+    for (int j = 0; j < NR; ++j) {
+        float* out = y + (t0 + j) * ldy;
+        if constexpr (MR == 8) {
+            _mm256_storeu_ps(out, reduce8(acc[0][j], acc[1][j], acc[2][j], acc[3][j], acc[4][j], acc[5][j], acc[6][j],
+                                          acc[7][j]));
+        } else if constexpr (MR == 4) {
+            _mm_storeu_ps(out, reduce4(acc[0][j], acc[1][j], acc[2][j], acc[3][j]));
+        } else {
+            for (int i = 0; i < MR; ++i) out[i] = _mm512_reduce_add_ps(acc[i][j]);
+        }
+    }
+}
+
+template <TensorType T, int MR>
+void dot_tile_rows(int nr, const unsigned char* w, size_t rb, int64_t K, const PreparedInput& x, int t0, float* y,
+                   int64_t ldy) {
+    switch (nr) {
+        case 1: dot_tile<T, MR, 1>(w, rb, K, x, t0, y, ldy); return;
+        case 2: dot_tile<T, MR, 2>(w, rb, K, x, t0, y, ldy); return;
+        case 3: dot_tile<T, MR, 3>(w, rb, K, x, t0, y, ldy); return;
+        case 4: dot_tile<T, MR, 4>(w, rb, K, x, t0, y, ldy); return;
+        case 5: dot_tile<T, MR, 5>(w, rb, K, x, t0, y, ldy); return;
+        default: dot_tile<T, MR, 6>(w, rb, K, x, t0, y, ldy); return;
+    }
+}
+
+template <TensorType T>
+void matmul_float_dot(const unsigned char* W, size_t rb, const PreparedInput& x, float* y, int64_t ldy, int64_t n0,
+                      int64_t n1) {
+    const int64_t K = x.k();
+    const int rows = x.rows();
+    int64_t n = n0;
+    if (rows == 1) {
+        for (; n + 8 <= n1; n += 8) dot_tile<T, 8, 1>(W + n * rb, rb, K, x, 0, y + n, ldy);
+    } else {
+        // Row groups of at most 6, as even as possible; each 4-row weight
+        // tile is read from memory once and from L1 for the other groups.
+        const int groups = (rows + 5) / 6;
+        for (; n + 4 <= n1; n += 4) {
+            int t0 = 0;
+            for (int g = 0; g < groups; ++g) {
+                const int nr = (rows - t0) / (groups - g);
+                dot_tile_rows<T, 4>(nr, W + n * rb, rb, K, x, t0, y + n, ldy);
+                t0 += nr;
+            }
+        }
+    }
+    for (; n < n1; ++n) {
+        for (int t0 = 0; t0 < rows; t0 += 6) dot_tile_rows<T, 1>(std::min(6, rows - t0), W + n * rb, rb, K, x, t0, y + n, ldy);
+    }
+}
+
+// ----------------------------------------------- float weights, panel tiles ---
+
+constexpr int kPanelKc = 512;  // k per packed weight chunk: (512, 8) f32 = 16 KiB
+
+// wbuf (kc, 8) = rows n..n+nv of W, columns k0..k0+kc, as f32; rows past nv are zero.
+template <TensorType T>
+void pack_w8(const unsigned char* W, size_t rb, int64_t n, int nv, int64_t k0, int64_t kc, float* wbuf) {
+    const unsigned char* row[8];
+    for (int i = 0; i < 8; ++i) row[i] = W + (n + std::min(i, nv - 1)) * rb;
+    int64_t k = 0;
+    for (; k + 8 <= kc; k += 8) {
+        __m256 r[8];
+        for (int i = 0; i < 8; ++i) r[i] = i < nv ? load_w8<T>(row[i], k0 + k) : _mm256_setzero_ps();
+        transpose8(r);
+        for (int j = 0; j < 8; ++j) _mm256_store_ps(wbuf + (k + j) * 8, r[j]);
+    }
+    for (; k < kc; ++k) {
+        for (int i = 0; i < 8; ++i) wbuf[k * 8 + i] = i < nv ? load_w1<T>(row[i], k0 + k) : 0.0f;
+    }
+}
+
+// y rows 16*p0 .. 16*(p0+NP) (those < rows), columns n..n+nv, from the packed
+// weights (kc, 8) and panels p0.., columns k0..k0+kc. accumulate: add to y.
+template <int NP>
+void panel_tile(const float* wbuf, int64_t kc, const PreparedInput& x, int p0, int64_t k0, float* y, int64_t ldy,
+                int nv, bool accumulate) {
+    __m512 acc[8][NP];
+    for (int i = 0; i < 8; ++i)
+        for (int p = 0; p < NP; ++p) acc[i][p] = _mm512_setzero_ps();
+    const float* xp[NP];
+    for (int p = 0; p < NP; ++p) xp[p] = x.panel(p0 + p) + k0 * 16;
+    for (int64_t k = 0; k < kc; ++k) {
+        __m512 xv[NP];
+        for (int p = 0; p < NP; ++p) xv[p] = _mm512_load_ps(xp[p] + k * 16);
+        for (int i = 0; i < 8; ++i) {
+            const __m512 wb = _mm512_set1_ps(wbuf[k * 8 + i]);
+            for (int p = 0; p < NP; ++p) acc[i][p] = _mm512_fmadd_ps(wb, xv[p], acc[i][p]);
+        }
+    }
+    const __mmask8 nmask = static_cast<__mmask8>((1u << nv) - 1u);
+    const int rows = x.rows();
+    for (int p = 0; p < NP; ++p) {
+        for (int half = 0; half < 2; ++half) {
+            __m256 r[8];
+            for (int i = 0; i < 8; ++i) {
+                r[i] = half == 0 ? _mm512_castps512_ps256(acc[i][p]) : _mm512_extractf32x8_ps(acc[i][p], 1);
+            }
+            transpose8(r);  // r[l] = outputs of activation row 16*(p0+p) + 8*half + l, weight rows n..n+8
+            for (int l = 0; l < 8; ++l) {
+                const int t = 16 * (p0 + p) + 8 * half + l;
+                if (t >= rows) break;
+                float* out = y + t * ldy;
+                __m256 v = r[l];
+                if (accumulate) v = _mm256_add_ps(v, _mm256_maskz_loadu_ps(nmask, out));
+                _mm256_mask_storeu_ps(out, nmask, v);
+            }
+        }
+    }
+}
+
+template <TensorType T>
+void matmul_float_panels(const unsigned char* W, size_t rb, const PreparedInput& x, float* y, int64_t ldy, int64_t n0,
+                         int64_t n1) {
+    alignas(64) float wbuf[kPanelKc * 8];  // (kc, 8) packed weights
+    const int64_t K = x.k();
+    const int n_panels = (x.rows() + 15) / 16;
+    for (int64_t n = n0; n < n1; n += 8) {
+        const int nv = static_cast<int>(std::min<int64_t>(8, n1 - n));
+        for (int64_t k0 = 0; k0 < K; k0 += kPanelKc) {
+            const int64_t kc = std::min<int64_t>(kPanelKc, K - k0);
+            pack_w8<T>(W, rb, n, nv, k0, kc, wbuf);
+            int p = 0;
+            for (; p + 3 <= n_panels; p += 3) panel_tile<3>(wbuf, kc, x, p, k0, y + n, ldy, nv, k0 > 0);
+            if (n_panels - p == 2) panel_tile<2>(wbuf, kc, x, p, k0, y + n, ldy, nv, k0 > 0);
+            if (n_panels - p == 1) panel_tile<1>(wbuf, kc, x, p, k0, y + n, ldy, nv, k0 > 0);
+        }
+    }
+}
+
+// ------------------------------------------------------ quantised weights ---
+
+// One block of 16 weight rows, transposed: g[j] lane i = unsigned bytes
+// 4j..4j+3 of weight row i's 32 values; s lane i = weight row i's scale.
+struct QTile {
+    __m512i g[8];
+    __m512 s;
+};
+
+// Row pointers for the 16 weight rows of a tile: row 4m + j at
+// base[m] + off[j], so the compiler needs 4 bases and 3 offsets, not 16 pointers.
+struct QRows {
+    const unsigned char* base[4];
+    size_t off[4];
+    __m512i gidx;  // lane i: byte offset of row i from base[0] (clamped to the last valid row)
+};
+
+inline QRows q_rows(const unsigned char* W, size_t rb, int64_t n, int nv) {
+    QRows q;
+    // Rows past nv repeat the last valid row: their lanes compute garbage
+    // that is never stored, and nothing is read out of bounds.
+    const int last = nv - 1;
+    for (int m = 0; m < 4; ++m) q.base[m] = W + (n + std::min(4 * m, last)) * rb;
+    for (int j = 0; j < 4; ++j) q.off[j] = j * rb;
+    alignas(64) int32_t idx[16];
+    for (int i = 0; i < 16; ++i) idx[i] = static_cast<int32_t>(std::min(i, last) * rb);
+    q.gidx = _mm512_load_si512(idx);
+    return q;
+}
+
+// Full: all 16 rows valid; otherwise rows >= nv repeat row nv - 1 (the one
+// partial tile of a call).
+template <TensorType T, bool Full>
+inline void load_qtile(const QRows& q, size_t rb, int nv, int64_t b, QTile& t) {
+    constexpr size_t bb = T == TensorType::Q8_0 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0);
+    const size_t ob = static_cast<size_t>(b) * bb;
+    // Address of (row 4m + j, block b) quantised bytes.
+    auto at = [&](int m, int j) -> const unsigned char* {
+        if constexpr (Full) return q.base[m] + q.off[j] + ob + 2;
+        return q.base[0] + std::min(4 * m + j, nv - 1) * rb + ob + 2;
+    };
+    const __m512i raw = _mm512_i32gather_epi32(q.gidx, q.base[0] + ob, 1);  // low 16 bits: fp16 d
+    t.s = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(raw));
+    if constexpr (T == TensorType::Q8_0) {
+        // Z[k]: rows lo(k) | hi(k) with lo = 0,1,2,3,8,9,10,11 and hi = lo + 4, so
+        // the final 128-bit shuffle leaves lanes in row order.
+        __m512i z[8];
+        const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+        for (int k = 0; k < 8; ++k) {
+            const int mlo = k < 4 ? 0 : 2, j = k & 3;
+            const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(at(mlo, j)));
+            const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(at(mlo + 1, j)));
+            z[k] = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1), flip);
+        }
+        for (int h = 0; h < 2; ++h) {
+            const __m512i* zz = z + 4 * h;
+            const __m512i a0 = _mm512_unpacklo_epi32(zz[0], zz[1]), a1 = _mm512_unpackhi_epi32(zz[0], zz[1]);
+            const __m512i a2 = _mm512_unpacklo_epi32(zz[2], zz[3]), a3 = _mm512_unpackhi_epi32(zz[2], zz[3]);
+            z[4 * h + 0] = _mm512_unpacklo_epi64(a0, a2);
+            z[4 * h + 1] = _mm512_unpackhi_epi64(a0, a2);
+            z[4 * h + 2] = _mm512_unpacklo_epi64(a1, a3);
+            z[4 * h + 3] = _mm512_unpackhi_epi64(a1, a3);
+        }
+        for (int g = 0; g < 4; ++g) {
+            t.g[g] = _mm512_shuffle_i32x4(z[g], z[4 + g], 0x88);
+            t.g[g + 4] = _mm512_shuffle_i32x4(z[g], z[4 + g], 0xdd);
+        }
+    } else {
+        // Z[m]: 128-bit lane L = row 4L + m's 16 bytes; a 4x4 dword transpose
+        // per lane leaves lane i = row i.
+        __m512i z[4];
+        for (int m = 0; m < 4; ++m) {
+            __m512i v = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(at(0, m))));
+            v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(at(1, m))), 1);
+            v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(at(2, m))), 2);
+            v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(at(3, m))), 3);
+            z[m] = v;
+        }
+        const __m512i a0 = _mm512_unpacklo_epi32(z[0], z[1]), a1 = _mm512_unpackhi_epi32(z[0], z[1]);
+        const __m512i a2 = _mm512_unpacklo_epi32(z[2], z[3]), a3 = _mm512_unpackhi_epi32(z[2], z[3]);
+        const __m512i d[4] = {_mm512_unpacklo_epi64(a0, a2), _mm512_unpackhi_epi64(a0, a2),
+                              _mm512_unpacklo_epi64(a1, a3), _mm512_unpackhi_epi64(a1, a3)};
+        const __m512i low4 = _mm512_set1_epi8(0x0f);
+        for (int g = 0; g < 4; ++g) {
+            t.g[g] = _mm512_and_si512(d[g], low4);                             // values 4g..4g+3
+            t.g[g + 4] = _mm512_and_si512(_mm512_srli_epi16(d[g], 4), low4);  // values 16+4g..
+        }
+    }
+}
+
+// F[r] += block b's contribution for activation rows t0 + r, r < NR.
+template <int NR>
+inline void q_block_rows(const QTile& t, const PreparedInput& x, int64_t b, int t0, __m512 F[NR]) {
+    const int8_t* xq = x.q8_block(b, t0);   // row t0 + r at xq + 32r
+    const float* xd = x.q8_scale(b, t0);    // row t0 + r at xd[r]
+    const int32_t* xc = x.q8_corr(b, t0);   // row t0 + r at xc[r]
+    for (int r = 0; r < NR; ++r) {
+        const int8_t* q = xq + 32 * r;
+        __m512i acc;
+        if constexpr (NR <= 2) {
+            // Two chains so one row's eight dpbusd are not one serial chain.
+            __m512i a = _mm512_set1_epi32(xc[r]), c = _mm512_setzero_si512();
+            for (int g = 0; g < 4; ++g) {
+                a = _mm512_dpbusd_epi32(a, t.g[g], _mm512_set1_epi32(load_i32(q + 4 * g)));
+                c = _mm512_dpbusd_epi32(c, t.g[g + 4], _mm512_set1_epi32(load_i32(q + 16 + 4 * g)));
+            }
+            acc = _mm512_add_epi32(a, c);
+        } else {
+            acc = _mm512_set1_epi32(xc[r]);
+            for (int g = 0; g < 8; ++g) acc = _mm512_dpbusd_epi32(acc, t.g[g], _mm512_set1_epi32(load_i32(q + 4 * g)));
+        }
+        F[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), _mm512_mul_ps(t.s, _mm512_set1_ps(xd[r])), F[r]);
+    }
+}
+
+template <int NR>
+inline void store_rows(const __m512 F[NR], float* y, int64_t ldy, int t0, __mmask16 m, bool accumulate) {
+    for (int r = 0; r < NR; ++r) {
+        float* out = y + (t0 + r) * ldy;
+        __m512 v = F[r];
+        if (accumulate) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, out));
+        _mm512_mask_storeu_ps(out, m, v);
+    }
+}
+
+// rows <= 16: each block is transposed once and used for all rows at once.
+template <TensorType T, int NR>
+void q_direct(const unsigned char* W, size_t rb, const PreparedInput& x, float* y, int64_t ldy, int64_t n0, int64_t n1) {
+    const int64_t nb = x.n_blocks();
+    auto tile = [&](auto full, int64_t n, int nv) {
+        const QRows q = q_rows(W, rb, n, nv);
+        __m512 F[NR];
+        for (int r = 0; r < NR; ++r) F[r] = _mm512_setzero_ps();
+        for (int64_t b = 0; b < nb; ++b) {
+            QTile t;
+            load_qtile<T, decltype(full)::value>(q, rb, nv, b, t);
+            q_block_rows<NR>(t, x, b, 0, F);
+        }
+        store_rows<NR>(F, y + n, ldy, 0, tail_mask(nv), false);
+    };
+    int64_t n = n0;
+    for (; n + 16 <= n1; n += 16) tile(std::true_type{}, n, 16);
+    if (n < n1) tile(std::false_type{}, n, static_cast<int>(n1 - n));
+}
+
+constexpr int kQChunk = 32;  // blocks per transposed chunk: 32 * 9 zmm = 18 KiB
+
+template <int NR>
+void q_chunk_rows(const QTile* tiles, int64_t b0, int64_t nbc, const PreparedInput& x, int t0, float* y, int64_t ldy,
+                  __mmask16 m) {
+    __m512 F[NR];
+    for (int r = 0; r < NR; ++r) F[r] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nbc; ++b) q_block_rows<NR>(tiles[b], x, b0 + b, t0, F);
+    store_rows<NR>(F, y, ldy, t0, m, b0 > 0);
+}
+
+template <int MAXR>
+void q_chunk_rows_n(int nr, const QTile* tiles, int64_t b0, int64_t nbc, const PreparedInput& x, int t0, float* y,
+                    int64_t ldy, __mmask16 m) {
+    if constexpr (MAXR > 0) {
+        if (nr == MAXR) return q_chunk_rows<MAXR>(tiles, b0, nbc, x, t0, y, ldy, m);
+        return q_chunk_rows_n<MAXR - 1>(nr, tiles, b0, nbc, x, t0, y, ldy, m);
+    }
+}
+
+// rows > 16: a chunk of transposed blocks is kept in L1 and reused by every
+// group of 16 rows.
+template <TensorType T>
+void q_buffered(const unsigned char* W, size_t rb, const PreparedInput& x, float* y, int64_t ldy, int64_t n0,
+                int64_t n1) {
+    QTile tiles[kQChunk];  // transposed blocks b0 .. b0 + nbc of the current 16 weight rows
+    const int64_t nb = x.n_blocks();
+    const int rows = x.rows();
+    for (int64_t n = n0; n < n1; n += 16) {
+        const int nv = static_cast<int>(std::min<int64_t>(16, n1 - n));
+        const __mmask16 m = tail_mask(nv);
+        const QRows q = q_rows(W, rb, n, nv);
+        for (int64_t b0 = 0; b0 < nb; b0 += kQChunk) {
+            const int64_t nbc = std::min<int64_t>(kQChunk, nb - b0);
+            if (nv == 16) {
+                for (int64_t b = 0; b < nbc; ++b) load_qtile<T, true>(q, rb, nv, b0 + b, tiles[b]);
+            } else {
+                for (int64_t b = 0; b < nbc; ++b) load_qtile<T, false>(q, rb, nv, b0 + b, tiles[b]);
+            }
+            int t0 = 0;
+            for (; t0 + 16 <= rows; t0 += 16) q_chunk_rows<16>(tiles, b0, nbc, x, t0, y + n, ldy, m);
+            if (t0 < rows) q_chunk_rows_n<15>(rows - t0, tiles, b0, nbc, x, t0, y + n, ldy, m);
+        }
+    }
+}
+
+template <TensorType T, int MAXR>
+void q_direct_n(int nr, const unsigned char* W, size_t rb, const PreparedInput& x, float* y, int64_t ldy, int64_t n0,
+                int64_t n1) {
+    if constexpr (MAXR > 0) {
+        if (nr == MAXR) return q_direct<T, MAXR>(W, rb, x, y, ldy, n0, n1);
+        return q_direct_n<T, MAXR - 1>(nr, W, rb, x, y, ldy, n0, n1);
+    }
+}
+
+template <TensorType T>
+void matmul_quant(const unsigned char* W, size_t rb, const PreparedInput& x, float* y, int64_t ldy, int64_t n0,
+                  int64_t n1) {
+    if (x.rows() <= 16) q_direct_n<T, 16>(x.rows(), W, rb, x, y, ldy, n0, n1);
+    else q_buffered<T>(W, rb, x, y, ldy, n0, n1);
+}
+
+template <TensorType T>
+void matmul_float(const unsigned char* W, size_t rb, const PreparedInput& x, float* y, int64_t ldy, int64_t n0,
+                  int64_t n1) {
+    if (x.has_panels()) matmul_float_panels<T>(W, rb, x, y, ldy, n0, n1);
+    else matmul_float_dot<T>(W, rb, x, y, ldy, n0, n1);
+}
+
+}  // namespace
+
+void matmul_avx512(TensorType type, const void* W, const PreparedInput& x, float* y, int64_t ldy, int64_t n0,
+                   int64_t n1) {
+    const unsigned char* w = static_cast<const unsigned char*>(W);
+    const size_t rb = tensor_row_bytes(type, x.k());
+    switch (type) {
+        case TensorType::F32: matmul_float<TensorType::F32>(w, rb, x, y, ldy, n0, n1); return;
+        case TensorType::F16: matmul_float<TensorType::F16>(w, rb, x, y, ldy, n0, n1); return;
+        case TensorType::BF16: matmul_float<TensorType::BF16>(w, rb, x, y, ldy, n0, n1); return;
+        case TensorType::Q8_0: matmul_quant<TensorType::Q8_0>(w, rb, x, y, ldy, n0, n1); return;
+        case TensorType::Q4_0: matmul_quant<TensorType::Q4_0>(w, rb, x, y, ldy, n0, n1); return;
+    }
+}
+
+// ------------------------------------------------------------ other kernels ---
+
+void quantize_act_avx512(const float* x, int64_t k, const QuantDst& dst) {
+    const __m512 sign = _mm512_set1_ps(-0.0f), half = _mm512_set1_ps(0.5f), one = _mm512_set1_ps(1.0f);
+    for (int64_t b = 0; b < k / kQuantBlock; ++b) {
+        const __m512 x0 = _mm512_loadu_ps(x + b * 32), x1 = _mm512_loadu_ps(x + b * 32 + 16);
+        const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_andnot_ps(sign, x0), _mm512_andnot_ps(sign, x1)));
+        const float d = amax / 127.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        const __m512 vid = _mm512_set1_ps(id);
+        __m512i q[2];
+        for (int h = 0; h < 2; ++h) {
+            // round half away from zero, as std::round: trunc, then +-1 when |frac| >= 0.5.
+            const __m512 v = _mm512_mul_ps(h == 0 ? x0 : x1, vid);
+            const __m512 t = _mm512_roundscale_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+            const __mmask16 up = _mm512_cmp_ps_mask(_mm512_andnot_ps(sign, _mm512_sub_ps(v, t)), half, _CMP_GE_OQ);
+            const __m512 r = _mm512_mask_add_ps(t, up, t, _mm512_or_ps(one, _mm512_and_ps(sign, v)));
+            q[h] = _mm512_max_epi32(_mm512_min_epi32(_mm512_cvttps_epi32(r), _mm512_set1_epi32(127)),
+                                    _mm512_set1_epi32(-127));
+        }
+        int8_t* qb = dst.q + b * dst.stride;
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(qb), _mm512_cvtepi32_epi8(q[0]));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(qb + 16), _mm512_cvtepi32_epi8(q[1]));
+        dst.d[b * dst.dstride] = d;
+        dst.corr[b * dst.dstride] = dst.corr_mul * _mm512_reduce_add_epi32(_mm512_add_epi32(q[0], q[1]));
+    }
+}
+
+float dot_f32_avx512(const float* a, const float* b, int64_t n) {
+    __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), s0);
+        s1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16), s1);
+    }
+    for (; i < n; i += 16) {
+        const __mmask16 m = tail_mask(n - i);
+        s0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i), s0);
+    }
+    return _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
+}
+
+void axpy_f32_avx512(float alpha, const float* x, float* y, int64_t n) {
+    const __m512 va = _mm512_set1_ps(alpha);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, _mm512_fmadd_ps(va, _mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i)));
+    if (i < n) {
+        const __mmask16 m = tail_mask(n - i);
+        _mm512_mask_storeu_ps(y + i, m, _mm512_fmadd_ps(va, _mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, y + i)));
+    }
+}
+
+void dequantize_row_avx512(TensorType type, const void* src, float* dst, int64_t n) {
+    const unsigned char* s = static_cast<const unsigned char*>(src);
+    switch (type) {
+        case TensorType::F32:
+        case TensorType::F16:
+        case TensorType::BF16: {
+            int64_t i = 0;
+            auto run = [&](auto tag) {
+                constexpr TensorType T = decltype(tag)::value;
+                for (; i + 16 <= n; i += 16) _mm512_storeu_ps(dst + i, load_w16<T>(s, i));
+                if (i < n) _mm512_mask_storeu_ps(dst + i, tail_mask(n - i), load_w16_mask<T>(s, i, tail_mask(n - i)));
+            };
+            if (type == TensorType::F32) run(std::integral_constant<TensorType, TensorType::F32>{});
+            else if (type == TensorType::F16) run(std::integral_constant<TensorType, TensorType::F16>{});
+            else run(std::integral_constant<TensorType, TensorType::BF16>{});
+            return;
+        }
+        case TensorType::Q8_0: {
+            tensor_row_bytes(type, n);  // throws for n % 32 != 0
+            const BlockQ8_0* b = static_cast<const BlockQ8_0*>(src);
+            for (int64_t i = 0; i < n / 32; ++i) {
+                const __m512 d = _mm512_set1_ps(fp16_to_fp32(b[i].d));
+                const __m128i q0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b[i].qs));
+                const __m128i q1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b[i].qs + 16));
+                _mm512_storeu_ps(dst + 32 * i, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q0)), d));
+                _mm512_storeu_ps(dst + 32 * i + 16, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q1)), d));
+            }
+            return;
+        }
+        case TensorType::Q4_0: {
+            tensor_row_bytes(type, n);
+            const BlockQ4_0* b = static_cast<const BlockQ4_0*>(src);
+            const __m512i eight = _mm512_set1_epi32(8), low4 = _mm512_set1_epi32(0x0f);
+            for (int64_t i = 0; i < n / 32; ++i) {
+                const __m512 d = _mm512_set1_ps(fp16_to_fp32(b[i].d));
+                const __m512i q = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b[i].qs)));
+                const __m512i lo = _mm512_sub_epi32(_mm512_and_si512(q, low4), eight);
+                const __m512i hi = _mm512_sub_epi32(_mm512_srli_epi32(q, 4), eight);
+                _mm512_storeu_ps(dst + 32 * i, _mm512_mul_ps(_mm512_cvtepi32_ps(lo), d));
+                _mm512_storeu_ps(dst + 32 * i + 16, _mm512_mul_ps(_mm512_cvtepi32_ps(hi), d));
+            }
+            return;
+        }
+    }
+}
+
+}  // namespace specd::kern

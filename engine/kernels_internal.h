@@ -1,0 +1,52 @@
+// Entry points of the per-ISA kernel files, called only by kernels.cpp's
+// dispatch (which has already checked shapes and types).
+//
+// PreparedInput layout (kernels.h) as the kernels read it:
+//   float weights:  f32_chunk(c, r)  (16) f32, x[r][16c .. 16c+16), zero past k; chunks of all rows
+//                                    are interleaved: (kp/16, rows, 16)
+//                   panel(p)         (k, 16) f32, element [kk][l] = x[16p + l][kk], 0 past rows;
+//                                    only when has_panels() (rows >= kPanelMinRows)
+//   q8_0/q4_0:      q8_block(b, r)   (32) int8, block b of x row r: (n_blocks, rows, 32)
+//                   q8_scale(b, r)   f32, x[r][32b + j] ~= q8_scale(b, r) * q8_block(b, r)[j]
+//                   q8_corr(b, r)    int32, -128 * sum_j q (q8_0 weights) or -8 * sum_j q (q4_0
+//                                    weights): the offset that unsigned-times-signed int8 dot
+//                                    products (weights + 128, or q4_0 nibbles without their -8)
+//                                    must add back.
+#pragma once
+
+#include <cstdint>
+
+#include "engine/kernels.h"
+
+namespace specd::kern {
+
+// Activation quantisation of one row, identical bits on every ISA, per block b:
+// amax = max|x|, d = amax/127, q = round-half-away(x * (1/d)), corr = corr_mul * sum(q).
+// x (k) f32; block b goes to q + b*stride (32 int8), d[b*dstride], corr[b*dstride].
+struct QuantDst {
+    int8_t* q;
+    float* d;
+    int32_t* corr;
+    int64_t stride;   // bytes between blocks of q (32 * rows)
+    int64_t dstride;  // elements between blocks of d and corr (rows)
+    int32_t corr_mul;
+};
+void quantize_act_scalar(const float* x, int64_t k, const QuantDst& dst);
+void quantize_act_avx2(const float* x, int64_t k, const QuantDst& dst);
+void quantize_act_avx512(const float* x, int64_t k, const QuantDst& dst);
+
+void matmul_scalar(TensorType type, const void* W, const PreparedInput& x, float* y, int64_t ldy, int64_t n_begin,
+                   int64_t n_end);
+void matmul_avx2(TensorType type, const void* W, const PreparedInput& x, float* y, int64_t ldy, int64_t n_begin,
+                 int64_t n_end);
+void matmul_avx512(TensorType type, const void* W, const PreparedInput& x, float* y, int64_t ldy, int64_t n_begin,
+                   int64_t n_end);
+
+float dot_f32_avx2(const float* a, const float* b, int64_t n);
+float dot_f32_avx512(const float* a, const float* b, int64_t n);
+void axpy_f32_avx2(float alpha, const float* x, float* y, int64_t n);
+void axpy_f32_avx512(float alpha, const float* x, float* y, int64_t n);
+void dequantize_row_avx2(TensorType type, const void* src, float* dst, int64_t n);
+void dequantize_row_avx512(TensorType type, const void* src, float* dst, int64_t n);
+
+}  // namespace specd::kern

@@ -1,0 +1,262 @@
+#include "engine/tensor_type.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "engine/error.h"
+
+namespace specd {
+
+namespace {
+
+uint32_t float_bits(float f) {
+    uint32_t u;
+    std::memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+float bits_float(uint32_t u) {
+    float f;
+    std::memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+[[noreturn]] void bad_type(TensorType type) {
+    throw Error("unsupported tensor type " + std::to_string(static_cast<uint32_t>(type)));
+}
+
+void require_blocks(TensorType type, int64_t n) {
+    const int64_t be = tensor_type_block_elements(type);
+    if (n < 0 || n % be != 0) {
+        throw Error(std::string("tensor row of ") + std::to_string(n) + " elements is not a multiple of " +
+                    std::to_string(be) + " (type " + tensor_type_name(type) + ")");
+    }
+}
+
+// float -> int8 for values the callers have already bounded; the clamp only
+// keeps NaN/inf inputs (garbage in) from being undefined behaviour.
+int clamp_to_int(float v, int lo, int hi) {
+    if (!(v >= static_cast<float>(lo))) return lo;
+    if (v > static_cast<float>(hi)) return hi;
+    return static_cast<int>(v);
+}
+
+// ggml's quantize_row_q8_0_ref, block by block.
+void quantize_q8_0(const float* x, BlockQ8_0* y, int64_t nb) {
+    for (int64_t i = 0; i < nb; ++i) {
+        const float* xb = x + i * kQuantBlock;
+        float amax = 0.0f;
+        for (int j = 0; j < kQuantBlock; ++j) amax = std::max(amax, std::fabs(xb[j]));
+        const float d = amax / 127.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        y[i].d = fp32_to_fp16(d);
+        for (int j = 0; j < kQuantBlock; ++j) {
+            // roundf: half away from zero, as ggml's reference.
+            y[i].qs[j] = static_cast<int8_t>(clamp_to_int(std::round(xb[j] * id), -128, 127));
+        }
+    }
+}
+
+// ggml's quantize_row_q4_0_ref: d = max / -8 with the signed value of
+// largest magnitude (first one on ties), q = min(15, (int8)(x/d + 8.5)).
+void quantize_q4_0(const float* x, BlockQ4_0* y, int64_t nb) {
+    for (int64_t i = 0; i < nb; ++i) {
+        const float* xb = x + i * kQuantBlock;
+        float amax = 0.0f, max = 0.0f;
+        for (int j = 0; j < kQuantBlock; ++j) {
+            if (amax < std::fabs(xb[j])) {
+                amax = std::fabs(xb[j]);
+                max = xb[j];
+            }
+        }
+        const float d = max / -8.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        y[i].d = fp32_to_fp16(d);
+        for (int j = 0; j < kQuantBlock / 2; ++j) {
+            // The cast truncates toward zero like ggml's (int8_t) cast.
+            const int q0 = std::min(15, clamp_to_int(xb[j] * id + 8.5f, 0, 127));
+            const int q1 = std::min(15, clamp_to_int(xb[j + 16] * id + 8.5f, 0, 127));
+            y[i].qs[j] = static_cast<uint8_t>(q0 | (q1 << 4));
+        }
+    }
+}
+
+}  // namespace
+
+bool tensor_type_supported(uint32_t raw_type) {
+    switch (raw_type) {
+        case static_cast<uint32_t>(TensorType::F32):
+        case static_cast<uint32_t>(TensorType::F16):
+        case static_cast<uint32_t>(TensorType::Q4_0):
+        case static_cast<uint32_t>(TensorType::Q8_0):
+        case static_cast<uint32_t>(TensorType::BF16):
+            return true;
+        default:
+            return false;
+    }
+}
+
+const char* tensor_type_name(TensorType type) {
+    switch (type) {
+        case TensorType::F32: return "f32";
+        case TensorType::F16: return "f16";
+        case TensorType::Q4_0: return "q4_0";
+        case TensorType::Q8_0: return "q8_0";
+        case TensorType::BF16: return "bf16";
+    }
+    return "unknown";
+}
+
+std::optional<TensorType> tensor_type_from_name(std::string_view name) {
+    std::string lower(name);
+    std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    for (TensorType t : {TensorType::F32, TensorType::F16, TensorType::Q4_0, TensorType::Q8_0, TensorType::BF16}) {
+        if (lower == tensor_type_name(t)) return t;
+    }
+    return std::nullopt;
+}
+
+int64_t tensor_type_block_elements(TensorType type) {
+    switch (type) {
+        case TensorType::F32:
+        case TensorType::F16:
+        case TensorType::BF16: return 1;
+        case TensorType::Q4_0:
+        case TensorType::Q8_0: return kQuantBlock;
+    }
+    bad_type(type);
+}
+
+size_t tensor_type_block_bytes(TensorType type) {
+    switch (type) {
+        case TensorType::F32: return 4;
+        case TensorType::F16:
+        case TensorType::BF16: return 2;
+        case TensorType::Q4_0: return sizeof(BlockQ4_0);
+        case TensorType::Q8_0: return sizeof(BlockQ8_0);
+    }
+    bad_type(type);
+}
+
+size_t tensor_row_bytes(TensorType type, int64_t n_elements) {
+    require_blocks(type, n_elements);
+    return static_cast<size_t>(n_elements / tensor_type_block_elements(type)) * tensor_type_block_bytes(type);
+}
+
+float fp16_to_fp32(uint16_t h) {
+    const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+    const uint32_t exp = (h >> 10) & 0x1fu;
+    const uint32_t man = h & 0x3ffu;
+    if (exp == 0) {
+        // Zero or subnormal: man * 2^-24, exact in float.
+        const float v = static_cast<float>(man) * 0x1p-24f;
+        return sign ? -v : v;
+    }
+    if (exp == 31) return bits_float(sign | 0x7f800000u | (man << 13));  // inf / nan (payload kept)
+    return bits_float(sign | ((exp + 112) << 23) | (man << 13));
+}
+
+uint16_t fp32_to_fp16(float f) {
+    const uint32_t u = float_bits(f);
+    const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
+    const uint32_t a = u & 0x7fffffffu;
+    if (a >= 0x7f800000u) {
+        if (a == 0x7f800000u) return sign | 0x7c00u;
+        return static_cast<uint16_t>(sign | 0x7e00u | ((a >> 13) & 0x3ffu));  // quiet nan, top payload bits
+    }
+    if (a >= 0x477ff000u) return sign | 0x7c00u;  // >= 65520 rounds (to even) past 65504
+    const int e = static_cast<int>(a >> 23);
+    uint32_t m, shift;
+    if (e >= 113) {
+        // Normal half: keep 10 mantissa bits; the exponent rebias is added
+        // below so a mantissa carry rolls into the exponent correctly.
+        m = a & 0x7fffffu;
+        shift = 13;
+        const uint32_t q = m >> shift, rem = m & 0x1fffu;
+        uint32_t h = (static_cast<uint32_t>(e - 112) << 10) | q;
+        if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) ++h;
+        return static_cast<uint16_t>(sign | h);
+    }
+    if (e < 102) return sign;  // below 2^-25: rounds to zero
+    // Subnormal half: units of 2^-24; value = m * 2^(e-150) with the hidden bit.
+    m = (a & 0x7fffffu) | 0x800000u;
+    shift = static_cast<uint32_t>(126 - e);  // 14..24
+    uint32_t q = m >> shift;
+    const uint32_t rem = m & ((1u << shift) - 1u), half = 1u << (shift - 1);
+    if (rem > half || (rem == half && (q & 1u))) ++q;  // may carry into the smallest normal, which is right
+    return static_cast<uint16_t>(sign | q);
+}
+
+float bf16_to_fp32(uint16_t h) { return bits_float(static_cast<uint32_t>(h) << 16); }
+
+uint16_t fp32_to_bf16(float f) {
+    const uint32_t u = float_bits(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);  // quiet nan
+    return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+void quantize_row(TensorType type, const float* src, void* dst, int64_t n) {
+    require_blocks(type, n);
+    switch (type) {
+        case TensorType::F32:
+            if (n > 0) std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+            return;
+        case TensorType::F16: {
+            uint16_t* d = static_cast<uint16_t*>(dst);
+            for (int64_t i = 0; i < n; ++i) d[i] = fp32_to_fp16(src[i]);
+            return;
+        }
+        case TensorType::BF16: {
+            uint16_t* d = static_cast<uint16_t*>(dst);
+            for (int64_t i = 0; i < n; ++i) d[i] = fp32_to_bf16(src[i]);
+            return;
+        }
+        case TensorType::Q8_0: quantize_q8_0(src, static_cast<BlockQ8_0*>(dst), n / kQuantBlock); return;
+        case TensorType::Q4_0: quantize_q4_0(src, static_cast<BlockQ4_0*>(dst), n / kQuantBlock); return;
+    }
+    bad_type(type);
+}
+
+void dequantize_row(TensorType type, const void* src, float* dst, int64_t n) {
+    require_blocks(type, n);
+    switch (type) {
+        case TensorType::F32:
+            if (n > 0) std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+            return;
+        case TensorType::F16: {
+            const uint16_t* s = static_cast<const uint16_t*>(src);
+            for (int64_t i = 0; i < n; ++i) dst[i] = fp16_to_fp32(s[i]);
+            return;
+        }
+        case TensorType::BF16: {
+            const uint16_t* s = static_cast<const uint16_t*>(src);
+            for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_fp32(s[i]);
+            return;
+        }
+        case TensorType::Q8_0: {
+            const BlockQ8_0* b = static_cast<const BlockQ8_0*>(src);
+            for (int64_t i = 0; i < n / kQuantBlock; ++i) {
+                const float d = fp16_to_fp32(b[i].d);
+                for (int j = 0; j < kQuantBlock; ++j) dst[i * kQuantBlock + j] = static_cast<float>(b[i].qs[j]) * d;
+            }
+            return;
+        }
+        case TensorType::Q4_0: {
+            const BlockQ4_0* b = static_cast<const BlockQ4_0*>(src);
+            for (int64_t i = 0; i < n / kQuantBlock; ++i) {
+                const float d = fp16_to_fp32(b[i].d);
+                for (int j = 0; j < kQuantBlock / 2; ++j) {
+                    dst[i * kQuantBlock + j] = static_cast<float>((b[i].qs[j] & 0x0f) - 8) * d;
+                    dst[i * kQuantBlock + j + 16] = static_cast<float>((b[i].qs[j] >> 4) - 8) * d;
+                }
+            }
+            return;
+        }
+    }
+    bad_type(type);
+}
+
+}  // namespace specd

@@ -1,0 +1,545 @@
+// Kernels: the scalar reference against double-precision sums over the
+// dequantised operands, every SIMD build against the scalar reference, odd
+// shapes, thread splits, and the hidden "[.bench]" micro-benchmark
+// (./engine_test_kernels "[.bench]").
+//
+// Tolerances, per output y[t][n] = sum_k w[n][k] x[t][k], are relative to
+// S = sum_k |w[n][k] x[t][k]| (the natural scale of a float dot product's
+// rounding error):
+//   scalar vs double, float weights:          1e-5 * S  (K <= 1000 float additions)
+//   scalar vs double, quantised weights:      1e-5 * S  (integer block sums are exact; the
+//                                                        double side uses the same q8 activations)
+//   SIMD vs scalar (all types):               1e-5 * S  (same products, another summation order)
+//   quantised vs the un-quantised f32 x:      0.02 * S  (q8_0 activations: <= 1/254 of amax per element)
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/error.h"
+#include "engine/kernels.h"
+#include "engine/tensor_type.h"
+
+using namespace specd;
+
+namespace {
+
+constexpr TensorType kTypes[] = {TensorType::F32, TensorType::F16, TensorType::BF16, TensorType::Q8_0, TensorType::Q4_0};
+
+bool is_quant(TensorType t) { return t == TensorType::Q8_0 || t == TensorType::Q4_0; }
+
+std::vector<Isa> simd_isas() {
+    std::vector<Isa> out;
+    for (Isa isa : {Isa::Avx2, Isa::Avx512}) {
+        if (isa_supported(isa)) {
+            out.push_back(isa);
+        } else {
+            WARN("skipping ISA " << isa_name(isa) << ": this CPU lacks it");
+        }
+    }
+    return out;
+}
+
+// A weight matrix in `type`'s layout plus its dequantised f32 copy.
+struct Weights {
+    TensorType type;
+    int64_t n, k;
+    std::vector<unsigned char> data;  // (n, row_bytes)
+    std::vector<float> deq;           // (n, k)
+    size_t row_bytes;
+    const void* ptr() const { return data.data(); }
+};
+
+Weights make_weights(TensorType type, int64_t n, int64_t k, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    Weights w{type, n, k, {}, {}, tensor_row_bytes(type, k)};
+    // Exactly the bytes the kernels may read: tail reads past the last row
+    // would show up under ASan.
+    w.data.resize(w.row_bytes * static_cast<size_t>(n));
+    w.deq.resize(static_cast<size_t>(n * k));
+    std::vector<float> row(static_cast<size_t>(k));
+    for (int64_t r = 0; r < n; ++r) {
+        const float scale = 0.05f * static_cast<float>(1 + r % 7);
+        for (float& v : row) v = dist(rng) * scale;
+        quantize_row(type, row.data(), w.data.data() + static_cast<size_t>(r) * w.row_bytes, k);
+        dequantize_row(type, w.data.data() + static_cast<size_t>(r) * w.row_bytes, &w.deq[static_cast<size_t>(r * k)], k);
+    }
+    return w;
+}
+
+// x: (rows, ldx) with ldx >= k; the gap holds NaN so reading it would show.
+std::vector<float> make_x(int rows, int64_t k, int64_t ldx, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    std::vector<float> x(static_cast<size_t>(rows * ldx), NAN);
+    for (int t = 0; t < rows; ++t)
+        for (int64_t i = 0; i < k; ++i) x[static_cast<size_t>(t * ldx + i)] = dist(rng);
+    return x;
+}
+
+// The activations as the kernels see them: f32, or q8_0 codes times scales.
+std::vector<double> effective_x(const PreparedInput& in, const std::vector<float>& x, int64_t ldx) {
+    const int rows = in.rows();
+    const int64_t k = in.k();
+    std::vector<double> out(static_cast<size_t>(rows * k));
+    for (int t = 0; t < rows; ++t) {
+        for (int64_t i = 0; i < k; ++i) {
+            if (in.quantized()) {
+                out[static_cast<size_t>(t * k + i)] =
+                    static_cast<double>(*in.q8_scale(i / 32, t)) * in.q8_block(i / 32, t)[i % 32];
+            } else {
+                out[static_cast<size_t>(t * k + i)] = x[static_cast<size_t>(t * ldx + i)];
+            }
+        }
+    }
+    return out;
+}
+
+struct Ref {
+    std::vector<double> y;    // (rows, n)
+    std::vector<double> mag;  // (rows, n) sum |w x|
+};
+
+Ref reference(const Weights& w, const std::vector<double>& xe, int rows) {
+    Ref r{std::vector<double>(static_cast<size_t>(rows * w.n)), std::vector<double>(static_cast<size_t>(rows * w.n))};
+    for (int t = 0; t < rows; ++t) {
+        for (int64_t n = 0; n < w.n; ++n) {
+            double s = 0.0, m = 0.0;
+            for (int64_t i = 0; i < w.k; ++i) {
+                const double p = static_cast<double>(w.deq[static_cast<size_t>(n * w.k + i)]) * xe[static_cast<size_t>(t * w.k + i)];
+                s += p;
+                m += std::fabs(p);
+            }
+            r.y[static_cast<size_t>(t * w.n + n)] = s;
+            r.mag[static_cast<size_t>(t * w.n + n)] = m;
+        }
+    }
+    return r;
+}
+
+constexpr float kSentinel = -12345.0f;
+
+// Runs matmul for [n0, n1) into a (rows, ldy) sentinel-filled buffer.
+std::vector<float> run_matmul(Isa isa, const Weights& w, const PreparedInput& in, int64_t ldy, int64_t n0, int64_t n1) {
+    std::vector<float> y(static_cast<size_t>(in.rows() * ldy), kSentinel);
+    matmul(isa, w.type, w.ptr(), in, y.data(), ldy, n0, n1);
+    return y;
+}
+
+void prepare(PreparedInput& in, Isa isa, TensorType type, const std::vector<float>& x, int rows, int64_t k, int64_t ldx) {
+    in.set_shape(type, rows, k);
+    // Two disjoint halves, as two threads would.
+    const int mid = rows / 2;
+    in.prepare_rows(isa, x.data(), ldx, 0, mid);
+    in.prepare_rows(isa, x.data(), ldx, mid, rows);
+}
+
+// Checks y against ref for columns [n0, n1), and that nothing else was written.
+void check_output(const std::vector<float>& y, int64_t ldy, const Ref& ref, int64_t n_total, int rows, int64_t n0,
+                  int64_t n1, double tol) {
+    for (int t = 0; t < rows; ++t) {
+        for (int64_t n = 0; n < ldy; ++n) {
+            const float v = y[static_cast<size_t>(t * ldy + n)];
+            if (n < n0 || n >= n1) {
+                INFO("row " << t << " column " << n << " outside [" << n0 << ", " << n1 << ")");
+                REQUIRE(v == kSentinel);
+                continue;
+            }
+            const double want = ref.y[static_cast<size_t>(t * n_total + n)];
+            const double bound = tol * ref.mag[static_cast<size_t>(t * n_total + n)] + 1e-30;
+            INFO("row " << t << " column " << n << ": got " << v << " want " << want << " bound " << bound);
+            REQUIRE(std::fabs(v - want) <= bound);
+        }
+    }
+}
+
+Ref as_ref(const std::vector<float>& y, int64_t ldy, const Ref& mags, int rows, int64_t n_total) {
+    Ref r{std::vector<double>(static_cast<size_t>(rows * n_total)), mags.mag};
+    for (int t = 0; t < rows; ++t)
+        for (int64_t n = 0; n < n_total; ++n) r.y[static_cast<size_t>(t * n_total + n)] = y[static_cast<size_t>(t * ldy + n)];
+    return r;
+}
+
+void check_matmul_shape(TensorType type, int64_t N, int64_t K, int rows, uint32_t seed) {
+    INFO("type " << tensor_type_name(type) << " N " << N << " K " << K << " rows " << rows);
+    const Weights w = make_weights(type, N, K, seed);
+    const int64_t ldx = K + 3, ldy = N + 5;
+    const std::vector<float> x = make_x(rows, K, ldx, seed + 1);
+    PreparedInput in;
+    prepare(in, Isa::Scalar, type, x, rows, K, ldx);
+    const Ref ref = reference(w, effective_x(in, x, ldx), rows);
+
+    // Scalar against double over the dequantised operands.
+    const std::vector<float> ys = run_matmul(Isa::Scalar, w, in, ldy, 0, N);
+    check_output(ys, ldy, ref, N, rows, 0, N, 1e-5);
+    if (is_quant(type)) {
+        // ... and, loosely, against the f32 activations the q8_0 codes stand for.
+        std::vector<double> xf(static_cast<size_t>(rows * K));
+        for (int t = 0; t < rows; ++t)
+            for (int64_t i = 0; i < K; ++i) xf[static_cast<size_t>(t * K + i)] = x[static_cast<size_t>(t * ldx + i)];
+        check_output(ys, ldy, reference(w, xf, rows), N, rows, 0, N, 0.02);
+    }
+    const Ref scalar = as_ref(ys, ldy, ref, rows, N);
+
+    // Every SIMD build against the scalar reference, whole and partial N ranges.
+    for (Isa isa : simd_isas()) {
+        INFO("isa " << isa_name(isa));
+        PreparedInput in2;
+        prepare(in2, isa, type, x, rows, K, ldx);
+        const std::pair<int64_t, int64_t> ranges[] = {{0, N}, {N / 3, N - N / 4}, {std::min<int64_t>(16, N), N}, {N - 1, N}};
+        for (auto [n0, n1] : ranges) {
+            INFO("range [" << n0 << ", " << n1 << ")");
+            check_output(run_matmul(isa, w, in2, ldy, n0, n1), ldy, scalar, N, rows, n0, n1, 1e-5);
+        }
+    }
+}
+
+}  // namespace
+
+TEST_CASE("isa: best_isa never exceeds the CPU, SPECD_ISA lowers it, and a bad value is an error", "[kernels]") {
+    const Isa cpu = cpu_isa();
+    CHECK(isa_supported(Isa::Scalar));
+    CHECK(isa_supported(cpu));
+    unsetenv("SPECD_ISA");
+    CHECK(best_isa() == cpu);
+    setenv("SPECD_ISA", "scalar", 1);
+    CHECK(best_isa() == Isa::Scalar);
+    setenv("SPECD_ISA", "avx512", 1);
+    CHECK(best_isa() == cpu);  // never raised above the CPU
+    setenv("SPECD_ISA", "avx2", 1);
+    CHECK(static_cast<int>(best_isa()) == std::min(static_cast<int>(cpu), static_cast<int>(Isa::Avx2)));
+    setenv("SPECD_ISA", "sse9", 1);
+    CHECK_THROWS_WITH(best_isa(), Catch::Contains("SPECD_ISA=sse9"));
+    unsetenv("SPECD_ISA");
+    CHECK(std::string(isa_name(Isa::Avx512)) == "avx512");
+    CHECK(std::string(isa_name(Isa::Avx2)) == "avx2");
+    CHECK(std::string(isa_name(Isa::Scalar)) == "scalar");
+}
+
+TEST_CASE("matmul, float weights: every ISA matches the scalar reference, and it matches double sums, for odd K, rows and N ranges", "[kernels]") {
+    uint32_t seed = 100;
+    for (TensorType type : {TensorType::F32, TensorType::F16, TensorType::BF16}) {
+        for (int64_t K : {1, 16, 31, 33, 288, 1000}) {
+            for (int rows : {1, 2, 3, 5, 8, 9, 17, 64, 130}) {
+                if (rows == 130 && K == 1000 && type != TensorType::F32) continue;  // keep the run short
+                check_matmul_shape(type, 53, K, rows, seed++);
+            }
+        }
+    }
+}
+
+TEST_CASE("matmul, q8_0 and q4_0 weights: every ISA matches the scalar reference, and it matches double sums, for K = 32m, odd rows and N ranges", "[kernels]") {
+    uint32_t seed = 500;
+    for (TensorType type : {TensorType::Q8_0, TensorType::Q4_0}) {
+        for (int64_t K : {32, 96, 288, 768, 1056}) {  // 1056 = 33 blocks: more than one transposed chunk
+            for (int rows : {1, 2, 3, 5, 8, 9, 16, 17, 64, 130}) {
+                check_matmul_shape(type, 53, K, rows, seed++);
+            }
+        }
+    }
+}
+
+TEST_CASE("matmul: model shapes (N = 288/768/32000 slices, K = 288/768) agree across ISAs for every type", "[kernels]") {
+    for (TensorType type : kTypes) {
+        for (auto [N, K] : {std::pair<int64_t, int64_t>{288, 288}, {768, 288}, {288, 768}, {1000, 288}}) {
+            for (int rows : {1, 9, 32}) check_matmul_shape(type, N, K, rows, static_cast<uint32_t>(N + K + rows));
+        }
+    }
+}
+
+TEST_CASE("prepared q8_0 activations are bit-identical on every ISA", "[kernels]") {
+    for (TensorType type : {TensorType::Q8_0, TensorType::Q4_0}) {
+        const int rows = 7;
+        const int64_t K = 320;
+        std::vector<float> x = make_x(rows, K, K, 42);
+        x[5] = 0.0f;
+        for (int i = 32; i < 64; ++i) x[static_cast<size_t>(i)] = 0.0f;  // an all-zero block
+        x[70] = 1e-30f;                                                   // a denormal-scale value
+        for (int i = 96; i < 128; ++i) x[static_cast<size_t>(i)] = (i % 2 ? 0.5f : -2.5f) * 127.0f / 2.5f;  // exact halves
+        PreparedInput ref;
+        prepare(ref, Isa::Scalar, type, x, rows, K, K);
+        for (Isa isa : simd_isas()) {
+            INFO("isa " << isa_name(isa) << " type " << tensor_type_name(type));
+            PreparedInput in;
+            prepare(in, isa, type, x, rows, K, K);
+            for (int t = 0; t < rows; ++t) {
+                for (int64_t b = 0; b < K / 32; ++b) {
+                    REQUIRE(std::memcmp(in.q8_block(b, t), ref.q8_block(b, t), 32) == 0);
+                    REQUIRE(*in.q8_scale(b, t) == *ref.q8_scale(b, t));
+                    REQUIRE(*in.q8_corr(b, t) == *ref.q8_corr(b, t));
+                }
+            }
+        }
+        // corr is -128 (q8_0) or -8 (q4_0) times the code sum.
+        for (int t = 0; t < rows; ++t) {
+            for (int64_t b = 0; b < K / 32; ++b) {
+                int sum = 0;
+                for (int j = 0; j < 32; ++j) sum += ref.q8_block(b, t)[j];
+                CHECK(*ref.q8_corr(b, t) == (type == TensorType::Q8_0 ? -128 : -8) * sum);
+            }
+        }
+    }
+}
+
+TEST_CASE("matmul: two threads on disjoint N halves give the single-threaded result", "[kernels]") {
+    for (TensorType type : kTypes) {
+        const int64_t N = 1000, K = 288;
+        const int rows = 9;
+        const Weights w = make_weights(type, N, K, 77);
+        const std::vector<float> x = make_x(rows, K, K, 78);
+        const Isa isa = cpu_isa();
+        PreparedInput in;
+        in.reserve(rows, K);
+        in.set_shape(type, rows, K);
+        std::vector<float> y1(static_cast<size_t>(rows * N)), y2(static_cast<size_t>(rows * N));
+        std::thread th[2];
+        for (int i = 0; i < 2; ++i) th[i] = std::thread([&, i] { in.prepare_rows(isa, x.data(), K, i == 0 ? 0 : 4, i == 0 ? 4 : rows); });
+        for (auto& t : th) t.join();
+        matmul(isa, type, w.ptr(), in, y1.data(), N, 0, N);
+        for (int i = 0; i < 2; ++i) {
+            th[i] = std::thread([&, i] { matmul(isa, type, w.ptr(), in, y2.data(), N, i == 0 ? 0 : 496, i == 0 ? 496 : N); });
+        }
+        for (auto& t : th) t.join();
+        CHECK(y1 == y2);
+    }
+}
+
+TEST_CASE("PreparedInput: reserve allocates once, shapes within it reuse the buffer, bad shapes and calls are refused", "[kernels]") {
+    PreparedInput in;
+    in.reserve(32, 768);
+    in.set_shape(TensorType::F32, 32, 768);
+    const void* base = in.f32_chunk(0, 0);
+    for (TensorType type : kTypes) {
+        for (int rows : {1, 9, 16, 32}) {
+            for (int64_t k : {288, 768}) {
+                in.set_shape(type, rows, k);
+                const void* p = in.quantized() ? static_cast<const void*>(in.q8_block(0, 0)) : in.f32_chunk(0, 0);
+                CHECK(p == base);
+                CHECK(in.rows() == rows);
+                CHECK(in.k() == k);
+                CHECK(in.weight_type() == type);
+            }
+        }
+    }
+    CHECK_THROWS_WITH(in.set_shape(TensorType::Q8_0, 4, 100), Catch::Contains("multiple of 32"));
+    CHECK_THROWS_AS(in.set_shape(TensorType::F32, -1, 8), Error);
+    CHECK_THROWS_AS(in.set_shape(static_cast<TensorType>(3), 1, 32), Error);
+    in.set_shape(TensorType::F32, 4, 64);
+    std::vector<float> x(4 * 64, 1.0f);
+    CHECK_THROWS_AS(in.prepare_rows(Isa::Scalar, x.data(), 64, 2, 5), Error);
+    in.prepare_rows(Isa::Scalar, x.data(), 64, 0, 4);
+    const Weights w = make_weights(TensorType::Q8_0, 4, 64, 1);
+    std::vector<float> y(16);
+    CHECK_THROWS_WITH(matmul(Isa::Scalar, TensorType::Q8_0, w.ptr(), in, y.data(), 4, 0, 4), Catch::Contains("prepared for f32"));
+    // Beyond the reservation set_shape grows the buffer instead of failing.
+    in.set_shape(TensorType::F32, 100, 2000);
+    CHECK(in.rows() == 100);
+}
+
+TEST_CASE("dot_f32 and axpy_f32 match double arithmetic on every ISA for any n", "[kernels]") {
+    std::vector<Isa> isas = simd_isas();
+    isas.insert(isas.begin(), Isa::Scalar);
+    std::mt19937 rng(5);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    for (int64_t n : {0, 1, 7, 8, 15, 16, 17, 31, 32, 33, 48, 64, 100, 1000}) {
+        // One float of margin on each side: the operands start unaligned and
+        // the margins must stay untouched.
+        std::vector<float> a(static_cast<size_t>(n) + 2), b(static_cast<size_t>(n) + 2);
+        for (auto& v : a) v = dist(rng);
+        for (auto& v : b) v = dist(rng);
+        const float* pa = a.data() + 1;
+        const float* pb = b.data() + 1;
+        double want = 0.0, mag = 0.0;
+        for (int64_t i = 0; i < n; ++i) {
+            want += static_cast<double>(pa[i]) * pb[i];
+            mag += std::fabs(static_cast<double>(pa[i]) * pb[i]);
+        }
+        for (Isa isa : isas) {
+            INFO("isa " << isa_name(isa) << " n " << n);
+            const float got = dot_f32(isa, pa, pb, n);
+            CHECK(std::fabs(got - want) <= 1e-6 * mag + 1e-30);
+            std::vector<float> y = b;
+            axpy_f32(isa, 0.75f, pa, y.data() + 1, n);
+            for (int64_t i = 0; i < n; ++i) {
+                const double e = static_cast<double>(pb[i]) + 0.75 * pa[i];
+                REQUIRE(std::fabs(y[static_cast<size_t>(i + 1)] - e) <= 1e-6 * (std::fabs(pb[i]) + std::fabs(pa[i])));
+            }
+            CHECK(y.front() == b.front());
+            CHECK(y.back() == b.back());
+        }
+    }
+}
+
+TEST_CASE("dequantize_row_isa is bit-identical to dequantize_row for every type and ISA", "[kernels]") {
+    std::vector<Isa> isas = simd_isas();
+    isas.insert(isas.begin(), Isa::Scalar);
+    for (TensorType type : kTypes) {
+        for (int64_t n : {32, 64, 288, 800}) {
+            for (int64_t m : {n, n - 1, n - 15, n + 1}) {
+                if (is_quant(type) && m != n) continue;
+                const Weights w = make_weights(type, 1, m, static_cast<uint32_t>(m));
+                for (Isa isa : isas) {
+                    INFO("type " << tensor_type_name(type) << " isa " << isa_name(isa) << " n " << m);
+                    std::vector<float> got(static_cast<size_t>(m) + 1, kSentinel);
+                    dequantize_row_isa(isa, type, w.ptr(), got.data(), m);
+                    REQUIRE(std::memcmp(got.data(), w.deq.data(), static_cast<size_t>(m) * sizeof(float)) == 0);
+                    REQUIRE(got[static_cast<size_t>(m)] == kSentinel);
+                }
+            }
+        }
+    }
+}
+
+// ------------------------------------------------------------------ bench ---
+
+namespace {
+
+double now_us() {
+    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Two persistent threads (the caller is thread 0) that run a job on a
+// signal, so a timed call costs one spin hand-off, not a thread start.
+class BenchThreads {
+public:
+    explicit BenchThreads(int n) : n_(n) {
+        for (int i = 1; i < n_; ++i) workers_.emplace_back([this, i] { loop(i); });
+    }
+    ~BenchThreads() {
+        stop_ = true;
+        gen_.fetch_add(1);
+        for (auto& t : workers_) t.join();
+    }
+    template <class Fn>
+    void run(Fn&& fn) {
+        job_ = [&fn](int i) { fn(i); };
+        pending_ = n_ - 1;
+        gen_.fetch_add(1, std::memory_order_release);
+        fn(0);
+        while (pending_.load(std::memory_order_acquire) != 0) {
+        }
+    }
+
+private:
+    void loop(int i) {
+        uint64_t seen = 0;
+        for (;;) {
+            uint64_t g;
+            while ((g = gen_.load(std::memory_order_acquire)) == seen) {
+            }
+            seen = g;
+            if (stop_) return;
+            job_(i);
+            pending_.fetch_sub(1, std::memory_order_release);
+        }
+    }
+    int n_;
+    std::vector<std::thread> workers_;
+    std::function<void(int)> job_;
+    std::atomic<uint64_t> gen_{0};
+    std::atomic<int> pending_{0};
+    std::atomic<bool> stop_{false};
+};
+
+template <class Fn>
+double median_us(int reps, Fn&& fn) {
+    std::vector<double> t;
+    for (int i = 0; i < reps; ++i) {
+        const double t0 = now_us();
+        fn();
+        t.push_back(now_us() - t0);
+    }
+    std::sort(t.begin(), t.end());
+    return t[t.size() / 2];
+}
+
+double dram_bandwidth_gbs(BenchThreads& threads, int nth) {
+    const size_t n = size_t{512} << 20 >> 3;  // 512 MiB of uint64
+    std::vector<uint64_t> buf(n);
+    for (size_t i = 0; i < n; ++i) buf[i] = i;
+    std::vector<uint64_t> sink(16 * 8);
+    const double us = median_us(5, [&] {
+        threads.run([&](int i) {
+            if (i >= nth) return;
+            const size_t b = n / static_cast<size_t>(nth) * static_cast<size_t>(i);
+            const size_t e = i == nth - 1 ? n : n / static_cast<size_t>(nth) * static_cast<size_t>(i + 1);
+            uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0, a4 = 0, a5 = 0, a6 = 0, a7 = 0;
+            for (size_t j = b; j + 8 <= e; j += 8) {
+                a0 += buf[j]; a1 += buf[j + 1]; a2 += buf[j + 2]; a3 += buf[j + 3];
+                a4 += buf[j + 4]; a5 += buf[j + 5]; a6 += buf[j + 6]; a7 += buf[j + 7];
+            }
+            sink[static_cast<size_t>(i) * 8] = a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7;
+        });
+    });
+    return static_cast<double>(n * 8) / us / 1e3;
+}
+
+}  // namespace
+
+TEST_CASE("bench: matmul at the stories15M shapes, 1 and 2 threads", "[.bench]") {
+    BenchThreads threads(2);
+    const double bw2 = dram_bandwidth_gbs(threads, 2), bw1 = dram_bandwidth_gbs(threads, 1);
+    std::printf("DRAM streaming read (512 MiB): 1 thread %.1f GB/s, 2 threads %.1f GB/s\n", bw1, bw2);
+    std::vector<Isa> isas = {cpu_isa()};
+    if (const char* e = std::getenv("SPECD_BENCH_ALL_ISAS"); e && *e) {
+        isas.clear();
+        for (Isa i : {Isa::Avx2, Isa::Avx512})
+            if (isa_supported(i)) isas.push_back(i);
+    }
+    const char* only = std::getenv("SPECD_BENCH_TYPES");  // e.g. "q8_0,f32"
+    std::printf("%-12s %-5s %-7s %5s %3s %10s %10s %s\n", "shape NxK", "type", "isa", "rows", "thr", "us/call", "rate", "");
+    struct Shape {
+        int64_t n, k;
+    };
+    for (const Shape s : {Shape{32000, 288}, Shape{768, 288}, Shape{288, 768}, Shape{288, 288}}) {
+        for (TensorType type : kTypes) {
+            if (only && !std::strstr(only, tensor_type_name(type))) continue;
+            const Weights w = make_weights(type, s.n, s.k, 1);
+            for (Isa isa : isas) {
+                for (int rows : {1, 2, 4, 9, 16, 128}) {
+                    const std::vector<float> x = make_x(rows, s.k, s.k, 2);
+                    std::vector<float> y(static_cast<size_t>(rows * s.n));
+                    PreparedInput in;
+                    in.reserve(rows, s.k);
+                    in.set_shape(type, rows, s.k);
+                    in.prepare_rows(isa, x.data(), s.k, 0, rows);
+                    for (int nth : {1, 2}) {
+                        const int64_t half = (s.n / 2 + 15) / 16 * 16;
+                        const int reps = rows >= 128 ? 5 : (s.n >= 32000 ? 21 : 201);
+                        auto call = [&] {
+                            threads.run([&](int i) {
+                                if (nth == 1) {
+                                    if (i == 0) matmul(isa, type, w.ptr(), in, y.data(), s.n, 0, s.n);
+                                } else {
+                                    matmul(isa, type, w.ptr(), in, y.data(), s.n, i == 0 ? 0 : half, i == 0 ? half : s.n);
+                                }
+                            });
+                        };
+                        call();  // warm caches (L3 for the quantised classifier)
+                        const double us = median_us(reps, call);
+                        const double bytes = static_cast<double>(w.data.size());
+                        const double flops = 2.0 * static_cast<double>(s.n * s.k) * rows;
+                        char rate[64];
+                        if (rows <= 16) std::snprintf(rate, sizeof rate, "%.1f GB/s  %.1f GFLOP/s", bytes / us / 1e3, flops / us / 1e3);
+                        else std::snprintf(rate, sizeof rate, "%.1f GFLOP/s", flops / us / 1e3);
+                        char shape[32];
+                        std::snprintf(shape, sizeof shape, "%lldx%lld", static_cast<long long>(s.n), static_cast<long long>(s.k));
+                        std::printf("%-12s %-5s %-7s %5d %3d %10.1f   %s\n", shape, tensor_type_name(type), isa_name(isa), rows, nth, us, rate);
+                        std::fflush(stdout);
+                    }
+                }
+            }
+        }
+    }
+}
