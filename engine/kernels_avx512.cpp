@@ -32,11 +32,22 @@
 
 #include "engine/kernels_internal.h"
 
+// Full unrolling of the small constant loops keeps tiles in registers.
+#define SPECD_UNROLL _Pragma("GCC unroll 16")
+
 namespace specd::kern {
 
 namespace {
 
 // ---------------------------------------------------------------- helpers ---
+
+// Hides a value from the optimiser so that addresses derived from it stay
+// base + index*scale operands instead of 16 separately kept pointers.
+template <class T>
+inline T opaque(T v) {
+    __asm__("" : "+r"(v));
+    return v;
+}
 
 inline __mmask16 tail_mask(int64_t n) { return static_cast<__mmask16>(n >= 16 ? 0xffff : (1u << n) - 1u); }
 
@@ -148,28 +159,37 @@ inline int32_t load_i32(const int8_t* p) {
 template <TensorType T, int MR, int NR>
 void dot_tile(const unsigned char* w, size_t rb, int64_t K, const PreparedInput& x, int t0, float* y, int64_t ldy) {
     __m512 acc[MR][NR];
+    SPECD_UNROLL
     for (int i = 0; i < MR; ++i)
+        SPECD_UNROLL
         for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_setzero_ps();
     const int64_t rows = x.rows();
     const float* xc = x.f32_chunk(0, t0);  // chunk c of row t0 + j at xc + (c*rows + j)*16
     int64_t k = 0;
     for (; k + 16 <= K; k += 16, xc += rows * 16) {
         __m512 wv[MR];
+        SPECD_UNROLL
         for (int i = 0; i < MR; ++i) wv[i] = load_w16<T>(w + i * rb, k);
+        SPECD_UNROLL
         for (int j = 0; j < NR; ++j) {
             const __m512 xv = _mm512_load_ps(xc + j * 16);
+            SPECD_UNROLL
             for (int i = 0; i < MR; ++i) acc[i][j] = _mm512_fmadd_ps(wv[i], xv, acc[i][j]);
         }
     }
     if (k < K) {
         const __mmask16 m = tail_mask(K - k);
         __m512 wv[MR];
+        SPECD_UNROLL
         for (int i = 0; i < MR; ++i) wv[i] = load_w16_mask<T>(w + i * rb, k, m);
+        SPECD_UNROLL
         for (int j = 0; j < NR; ++j) {
             const __m512 xv = _mm512_load_ps(xc + j * 16);  // zero past K
+            SPECD_UNROLL
             for (int i = 0; i < MR; ++i) acc[i][j] = _mm512_fmadd_ps(wv[i], xv, acc[i][j]);
         }
     }
+    SPECD_UNROLL
     for (int j = 0; j < NR; ++j) {
         float* out = y + (t0 + j) * ldy;
         if constexpr (MR == 8) {
@@ -178,6 +198,7 @@ void dot_tile(const unsigned char* w, size_t rb, int64_t K, const PreparedInput&
         } else if constexpr (MR == 4) {
             _mm_storeu_ps(out, reduce4(acc[0][j], acc[1][j], acc[2][j], acc[3][j]));
         } else {
+            SPECD_UNROLL
             for (int i = 0; i < MR; ++i) out[i] = _mm512_reduce_add_ps(acc[i][j]);
         }
     }
@@ -230,15 +251,19 @@ constexpr int kPanelKc = 512;  // k per packed weight chunk: (512, 8) f32 = 16 K
 template <TensorType T>
 void pack_w8(const unsigned char* W, size_t rb, int64_t n, int nv, int64_t k0, int64_t kc, float* wbuf) {
     const unsigned char* row[8];
+    SPECD_UNROLL
     for (int i = 0; i < 8; ++i) row[i] = W + (n + std::min(i, nv - 1)) * rb;
     int64_t k = 0;
     for (; k + 8 <= kc; k += 8) {
         __m256 r[8];
+        SPECD_UNROLL
         for (int i = 0; i < 8; ++i) r[i] = i < nv ? load_w8<T>(row[i], k0 + k) : _mm256_setzero_ps();
         transpose8(r);
+        SPECD_UNROLL
         for (int j = 0; j < 8; ++j) _mm256_store_ps(wbuf + (k + j) * 8, r[j]);
     }
     for (; k < kc; ++k) {
+        SPECD_UNROLL
         for (int i = 0; i < 8; ++i) wbuf[k * 8 + i] = i < nv ? load_w1<T>(row[i], k0 + k) : 0.0f;
     }
 }
@@ -249,27 +274,37 @@ template <int NP>
 void panel_tile(const float* wbuf, int64_t kc, const PreparedInput& x, int p0, int64_t k0, float* y, int64_t ldy,
                 int nv, bool accumulate) {
     __m512 acc[8][NP];
+    SPECD_UNROLL
     for (int i = 0; i < 8; ++i)
+        SPECD_UNROLL
         for (int p = 0; p < NP; ++p) acc[i][p] = _mm512_setzero_ps();
     const float* xp[NP];
+    SPECD_UNROLL
     for (int p = 0; p < NP; ++p) xp[p] = x.panel(p0 + p) + k0 * 16;
     for (int64_t k = 0; k < kc; ++k) {
         __m512 xv[NP];
+        SPECD_UNROLL
         for (int p = 0; p < NP; ++p) xv[p] = _mm512_load_ps(xp[p] + k * 16);
+        SPECD_UNROLL
         for (int i = 0; i < 8; ++i) {
             const __m512 wb = _mm512_set1_ps(wbuf[k * 8 + i]);
+            SPECD_UNROLL
             for (int p = 0; p < NP; ++p) acc[i][p] = _mm512_fmadd_ps(wb, xv[p], acc[i][p]);
         }
     }
     const __mmask8 nmask = static_cast<__mmask8>((1u << nv) - 1u);
     const int rows = x.rows();
+    SPECD_UNROLL
     for (int p = 0; p < NP; ++p) {
+        SPECD_UNROLL
         for (int half = 0; half < 2; ++half) {
             __m256 r[8];
+            SPECD_UNROLL
             for (int i = 0; i < 8; ++i) {
                 r[i] = half == 0 ? _mm512_castps512_ps256(acc[i][p]) : _mm512_extractf32x8_ps(acc[i][p], 1);
             }
             transpose8(r);  // r[l] = outputs of activation row 16*(p0+p) + 8*half + l, weight rows n..n+8
+            SPECD_UNROLL
             for (int l = 0; l < 8; ++l) {
                 const int t = 16 * (p0 + p) + 8 * half + l;
                 if (t >= rows) break;
@@ -310,51 +345,77 @@ struct QTile {
     __m512 s;
 };
 
-// Row pointers for the 16 weight rows of a tile: row 4m + j at
-// base[m] + off[j], so the compiler needs 4 bases and 3 offsets, not 16 pointers.
+// Addresses of the 16 weight rows of a tile from 2 bases and 4 strides:
+// row i = p + i*rb, written so each is one base + index*scale operand
+// (6 registers instead of 16 pointers).
 struct QRows {
-    const unsigned char* base[4];
-    size_t off[4];
-    __m512i gidx;  // lane i: byte offset of row i from base[0] (clamped to the last valid row)
+    size_t rb, r3, r5, r7;  // row stride times 1, 3, 5, 7
+    __m512i gidx;           // lane i: byte offset of row i (clamped to the last valid row)
 };
 
-inline QRows q_rows(const unsigned char* W, size_t rb, int64_t n, int nv) {
-    QRows q;
-    // Rows past nv repeat the last valid row: their lanes compute garbage
-    // that is never stored, and nothing is read out of bounds.
-    const int last = nv - 1;
-    for (int m = 0; m < 4; ++m) q.base[m] = W + (n + std::min(4 * m, last)) * rb;
-    for (int j = 0; j < 4; ++j) q.off[j] = j * rb;
+inline QRows q_rows(size_t rb, int nv) {
+    QRows q{rb, 3 * rb, 5 * rb, 7 * rb, {}};
     alignas(64) int32_t idx[16];
-    for (int i = 0; i < 16; ++i) idx[i] = static_cast<int32_t>(std::min(i, last) * rb);
+    for (int i = 0; i < 16; ++i) idx[i] = static_cast<int32_t>(std::min(i, nv - 1) * rb);
     q.gidx = _mm512_load_si512(idx);
     return q;
 }
 
-// Full: all 16 rows valid; otherwise rows >= nv repeat row nv - 1 (the one
-// partial tile of a call).
+template <int I>
+inline const unsigned char* row_at(const unsigned char* p, const unsigned char* p8, const QRows& q) {
+    if constexpr (I == 0) return p;
+    if constexpr (I == 1) return p + q.rb;
+    if constexpr (I == 2) return p + 2 * q.rb;
+    if constexpr (I == 3) return p + q.r3;
+    if constexpr (I == 4) return p + 4 * q.rb;
+    if constexpr (I == 5) return p + q.r5;
+    if constexpr (I == 6) return p + 2 * q.r3;
+    if constexpr (I == 7) return p + q.r7;
+    if constexpr (I == 8) return p8;
+    if constexpr (I == 9) return p8 + q.rb;
+    if constexpr (I == 10) return p + 2 * q.r5;
+    if constexpr (I == 11) return p8 + q.r3;
+    if constexpr (I == 12) return p + 4 * q.r3;
+    if constexpr (I == 13) return p8 + q.r5;
+    if constexpr (I == 14) return p + 2 * q.r7;
+    return p8 + q.r7;
+}
+
+// Block b of rows n.. of a tile: Full = all 16 rows valid; otherwise rows
+// >= nv repeat row nv - 1 (their lanes are computed but never stored, and
+// nothing past the last row is read).
 template <TensorType T, bool Full>
-inline void load_qtile(const QRows& q, size_t rb, int nv, int64_t b, QTile& t) {
+inline void load_qtile(const unsigned char* tile, const QRows& q, int nv, int64_t b, QTile& t) {
     constexpr size_t bb = T == TensorType::Q8_0 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0);
-    const size_t ob = static_cast<size_t>(b) * bb;
-    // Address of (row 4m + j, block b) quantised bytes.
-    auto at = [&](int m, int j) -> const unsigned char* {
-        if constexpr (Full) return q.base[m] + q.off[j] + ob + 2;
-        return q.base[0] + std::min(4 * m + j, nv - 1) * rb + ob + 2;
+    const unsigned char* p = opaque(tile + static_cast<size_t>(b) * bb);  // row 0, block b
+    const unsigned char* p8 = p + 8 * q.rb;
+    // Address of row i's quantised bytes (after the 2-byte scale).
+    auto at = [&](auto i) -> const unsigned char* {
+        constexpr int I = decltype(i)::value;
+        if constexpr (Full) return row_at<I>(p, p8, q) + 2;
+        return p + std::min(I, nv - 1) * q.rb + 2;
     };
-    const __m512i raw = _mm512_i32gather_epi32(q.gidx, q.base[0] + ob, 1);  // low 16 bits: fp16 d
+    const __m512i raw = _mm512_i32gather_epi32(q.gidx, p, 1);  // low 16 bits: fp16 d
     t.s = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(raw));
     if constexpr (T == TensorType::Q8_0) {
         // Z[k]: rows lo(k) | hi(k) with lo = 0,1,2,3,8,9,10,11 and hi = lo + 4, so
         // the final 128-bit shuffle leaves lanes in row order.
         __m512i z[8];
         const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
-        for (int k = 0; k < 8; ++k) {
-            const int mlo = k < 4 ? 0 : 2, j = k & 3;
-            const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(at(mlo, j)));
-            const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(at(mlo + 1, j)));
-            z[k] = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1), flip);
-        }
+        auto make = [&](auto lo, auto hi) {
+            const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(at(lo)));
+            const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(at(hi)));
+            return _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(a), c, 1), flip);
+        };
+        z[0] = make(std::integral_constant<int, 0>{}, std::integral_constant<int, 4>{});
+        z[1] = make(std::integral_constant<int, 1>{}, std::integral_constant<int, 5>{});
+        z[2] = make(std::integral_constant<int, 2>{}, std::integral_constant<int, 6>{});
+        z[3] = make(std::integral_constant<int, 3>{}, std::integral_constant<int, 7>{});
+        z[4] = make(std::integral_constant<int, 8>{}, std::integral_constant<int, 12>{});
+        z[5] = make(std::integral_constant<int, 9>{}, std::integral_constant<int, 13>{});
+        z[6] = make(std::integral_constant<int, 10>{}, std::integral_constant<int, 14>{});
+        z[7] = make(std::integral_constant<int, 11>{}, std::integral_constant<int, 15>{});
+        SPECD_UNROLL
         for (int h = 0; h < 2; ++h) {
             const __m512i* zz = z + 4 * h;
             const __m512i a0 = _mm512_unpacklo_epi32(zz[0], zz[1]), a1 = _mm512_unpackhi_epi32(zz[0], zz[1]);
@@ -364,6 +425,7 @@ inline void load_qtile(const QRows& q, size_t rb, int nv, int64_t b, QTile& t) {
             z[4 * h + 2] = _mm512_unpacklo_epi64(a1, a3);
             z[4 * h + 3] = _mm512_unpackhi_epi64(a1, a3);
         }
+        SPECD_UNROLL
         for (int g = 0; g < 4; ++g) {
             t.g[g] = _mm512_shuffle_i32x4(z[g], z[4 + g], 0x88);
             t.g[g + 4] = _mm512_shuffle_i32x4(z[g], z[4 + g], 0xdd);
@@ -371,19 +433,24 @@ inline void load_qtile(const QRows& q, size_t rb, int nv, int64_t b, QTile& t) {
     } else {
         // Z[m]: 128-bit lane L = row 4L + m's 16 bytes; a 4x4 dword transpose
         // per lane leaves lane i = row i.
+        auto make = [&](auto r0, auto r1, auto r2, auto r3) {
+            __m512i v = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(at(r0))));
+            v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(at(r1))), 1);
+            v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(at(r2))), 2);
+            return _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(at(r3))), 3);
+        };
+        using std::integral_constant;
         __m512i z[4];
-        for (int m = 0; m < 4; ++m) {
-            __m512i v = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(at(0, m))));
-            v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(at(1, m))), 1);
-            v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(at(2, m))), 2);
-            v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(at(3, m))), 3);
-            z[m] = v;
-        }
+        z[0] = make(integral_constant<int, 0>{}, integral_constant<int, 4>{}, integral_constant<int, 8>{}, integral_constant<int, 12>{});
+        z[1] = make(integral_constant<int, 1>{}, integral_constant<int, 5>{}, integral_constant<int, 9>{}, integral_constant<int, 13>{});
+        z[2] = make(integral_constant<int, 2>{}, integral_constant<int, 6>{}, integral_constant<int, 10>{}, integral_constant<int, 14>{});
+        z[3] = make(integral_constant<int, 3>{}, integral_constant<int, 7>{}, integral_constant<int, 11>{}, integral_constant<int, 15>{});
         const __m512i a0 = _mm512_unpacklo_epi32(z[0], z[1]), a1 = _mm512_unpackhi_epi32(z[0], z[1]);
         const __m512i a2 = _mm512_unpacklo_epi32(z[2], z[3]), a3 = _mm512_unpackhi_epi32(z[2], z[3]);
         const __m512i d[4] = {_mm512_unpacklo_epi64(a0, a2), _mm512_unpackhi_epi64(a0, a2),
                               _mm512_unpacklo_epi64(a1, a3), _mm512_unpackhi_epi64(a1, a3)};
         const __m512i low4 = _mm512_set1_epi8(0x0f);
+        SPECD_UNROLL
         for (int g = 0; g < 4; ++g) {
             t.g[g] = _mm512_and_si512(d[g], low4);                             // values 4g..4g+3
             t.g[g + 4] = _mm512_and_si512(_mm512_srli_epi16(d[g], 4), low4);  // values 16+4g..
@@ -397,12 +464,14 @@ inline void q_block_rows(const QTile& t, const PreparedInput& x, int64_t b, int 
     const int8_t* xq = x.q8_block(b, t0);   // row t0 + r at xq + 32r
     const float* xd = x.q8_scale(b, t0);    // row t0 + r at xd[r]
     const int32_t* xc = x.q8_corr(b, t0);   // row t0 + r at xc[r]
+    SPECD_UNROLL
     for (int r = 0; r < NR; ++r) {
         const int8_t* q = xq + 32 * r;
         __m512i acc;
         if constexpr (NR <= 2) {
             // Two chains so one row's eight dpbusd are not one serial chain.
             __m512i a = _mm512_set1_epi32(xc[r]), c = _mm512_setzero_si512();
+            SPECD_UNROLL
             for (int g = 0; g < 4; ++g) {
                 a = _mm512_dpbusd_epi32(a, t.g[g], _mm512_set1_epi32(load_i32(q + 4 * g)));
                 c = _mm512_dpbusd_epi32(c, t.g[g + 4], _mm512_set1_epi32(load_i32(q + 16 + 4 * g)));
@@ -410,6 +479,7 @@ inline void q_block_rows(const QTile& t, const PreparedInput& x, int64_t b, int 
             acc = _mm512_add_epi32(a, c);
         } else {
             acc = _mm512_set1_epi32(xc[r]);
+            SPECD_UNROLL
             for (int g = 0; g < 8; ++g) acc = _mm512_dpbusd_epi32(acc, t.g[g], _mm512_set1_epi32(load_i32(q + 4 * g)));
         }
         F[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), _mm512_mul_ps(t.s, _mm512_set1_ps(xd[r])), F[r]);
@@ -418,6 +488,7 @@ inline void q_block_rows(const QTile& t, const PreparedInput& x, int64_t b, int 
 
 template <int NR>
 inline void store_rows(const __m512 F[NR], float* y, int64_t ldy, int t0, __mmask16 m, bool accumulate) {
+    SPECD_UNROLL
     for (int r = 0; r < NR; ++r) {
         float* out = y + (t0 + r) * ldy;
         __m512 v = F[r];
@@ -431,12 +502,14 @@ template <TensorType T, int NR>
 void q_direct(const unsigned char* W, size_t rb, const PreparedInput& x, float* y, int64_t ldy, int64_t n0, int64_t n1) {
     const int64_t nb = x.n_blocks();
     auto tile = [&](auto full, int64_t n, int nv) {
-        const QRows q = q_rows(W, rb, n, nv);
+        const QRows q = q_rows(rb, nv);
+        const unsigned char* w = W + n * rb;
         __m512 F[NR];
+        SPECD_UNROLL
         for (int r = 0; r < NR; ++r) F[r] = _mm512_setzero_ps();
         for (int64_t b = 0; b < nb; ++b) {
             QTile t;
-            load_qtile<T, decltype(full)::value>(q, rb, nv, b, t);
+            load_qtile<T, decltype(full)::value>(w, q, nv, b, t);
             q_block_rows<NR>(t, x, b, 0, F);
         }
         store_rows<NR>(F, y + n, ldy, 0, tail_mask(nv), false);
@@ -452,6 +525,7 @@ template <int NR>
 void q_chunk_rows(const QTile* tiles, int64_t b0, int64_t nbc, const PreparedInput& x, int t0, float* y, int64_t ldy,
                   __mmask16 m) {
     __m512 F[NR];
+    SPECD_UNROLL
     for (int r = 0; r < NR; ++r) F[r] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nbc; ++b) q_block_rows<NR>(tiles[b], x, b0 + b, t0, F);
     store_rows<NR>(F, y, ldy, t0, m, b0 > 0);
@@ -477,13 +551,14 @@ void q_buffered(const unsigned char* W, size_t rb, const PreparedInput& x, float
     for (int64_t n = n0; n < n1; n += 16) {
         const int nv = static_cast<int>(std::min<int64_t>(16, n1 - n));
         const __mmask16 m = tail_mask(nv);
-        const QRows q = q_rows(W, rb, n, nv);
+        const QRows q = q_rows(rb, nv);
+        const unsigned char* w = W + n * rb;
         for (int64_t b0 = 0; b0 < nb; b0 += kQChunk) {
             const int64_t nbc = std::min<int64_t>(kQChunk, nb - b0);
             if (nv == 16) {
-                for (int64_t b = 0; b < nbc; ++b) load_qtile<T, true>(q, rb, nv, b0 + b, tiles[b]);
+                for (int64_t b = 0; b < nbc; ++b) load_qtile<T, true>(w, q, nv, b0 + b, tiles[b]);
             } else {
-                for (int64_t b = 0; b < nbc; ++b) load_qtile<T, false>(q, rb, nv, b0 + b, tiles[b]);
+                for (int64_t b = 0; b < nbc; ++b) load_qtile<T, false>(w, q, nv, b0 + b, tiles[b]);
             }
             int t0 = 0;
             for (; t0 + 16 <= rows; t0 += 16) q_chunk_rows<16>(tiles, b0, nbc, x, t0, y + n, ldy, m);
@@ -541,6 +616,7 @@ void quantize_act_avx512(const float* x, int64_t k, const QuantDst& dst) {
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
         const __m512 vid = _mm512_set1_ps(id);
         __m512i q[2];
+        SPECD_UNROLL
         for (int h = 0; h < 2; ++h) {
             // round half away from zero, as std::round: trunc, then +-1 when |frac| >= 0.5.
             const __m512 v = _mm512_mul_ps(h == 0 ? x0 : x1, vid);

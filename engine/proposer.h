@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "engine/forward.h"
+#include "engine/generate.h"
 #include "engine/sampler.h"
 
 namespace specd {

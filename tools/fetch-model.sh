@@ -58,7 +58,7 @@ read -r t_start t_end <<<"$(offsets tokenizer.bin)" || true
 [ -n "${m_start:-}" ] && [ -n "${t_start:-}" ] || die "llama2.js does not list /model.bin and /tokenizer.bin"
 say "[3/5] carving model.bin [$m_start, $m_end) and tokenizer.bin [$t_start, $t_end)"
 carve() {  # file start end out
-  tail -c +$(( $2 + 1 )) "$1" | head -c $(( $3 - $2 )) > "$4"
+  dd if="$1" of="$4" bs=1M iflag=skip_bytes,count_bytes skip="$2" count=$(( $3 - $2 )) status=none
 }
 carve "$data" "$m_start" "$m_end" "$work/model.bin"
 carve "$data" "$t_start" "$t_end" "$work/tokenizer.bin"

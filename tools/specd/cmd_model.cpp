@@ -1,0 +1,89 @@
+// specd convert / quantize / info: model files in and out of GGUF.
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "engine/error.h"
+#include "engine/gguf.h"
+#include "engine/model_convert.h"
+#include "engine/tensor_type.h"
+#include "tools/specd/commands.h"
+
+namespace specd::cli {
+
+namespace {
+
+constexpr const char* kQuantizeTypes = "f32, f16, bf16, q8_0, q4_0";
+
+struct ConvertOptions {
+    std::string model_bin;
+    std::string tokenizer_bin;
+    std::string output;
+    std::string name;  // general.name; default: the model.bin file name without extension
+};
+
+struct QuantizeOptions {
+    std::string input;
+    std::string output;
+    std::string type;
+};
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+double mib(uint64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }
+
+void run_convert(const ConvertOptions& o) {
+    const auto start = std::chrono::steady_clock::now();
+    const std::string name = o.name.empty() ? std::filesystem::path(o.model_bin).stem().string() : o.name;
+    convert_llama2c(o.model_bin, o.tokenizer_bin, o.output, name);
+    const uint64_t out_bytes = std::filesystem::file_size(o.output);
+    std::fprintf(stderr, "specd: converted %s + %s -> %s (f32, %.2f MiB) in %.2f s\n", o.model_bin.c_str(),
+                 o.tokenizer_bin.c_str(), o.output.c_str(), mib(out_bytes), seconds_since(start));
+}
+
+void run_quantize(const QuantizeOptions& o) {
+    const std::optional<TensorType> type = tensor_type_from_name(o.type);
+    if (!type) throw Error("quantize: unknown type '" + o.type + "' (allowed: " + kQuantizeTypes + ")");
+    const auto start = std::chrono::steady_clock::now();
+    const QuantizeStats stats = quantize_model(o.input, o.output, *type);
+    std::fprintf(stderr, "specd: quantized %s (%.2f MiB) -> %s (%s, %.2f MiB): %zu of %zu tensors as %s in %.2f s\n",
+                 o.input.c_str(), mib(stats.bytes_in), o.output.c_str(), tensor_type_name(*type), mib(stats.bytes_out),
+                 stats.n_converted, stats.n_tensors, tensor_type_name(*type), seconds_since(start));
+}
+
+void run_info(const std::string& model) {
+    const std::string text = describe_model(gguf::File::open(model));
+    std::fwrite(text.data(), 1, text.size(), stdout);
+}
+
+}  // namespace
+
+void register_model_commands(CLI::App& app) {
+    auto convert = std::make_shared<ConvertOptions>();
+    CLI::App* convert_cmd = app.add_subcommand("convert", "Convert a llama2.c model.bin + tokenizer.bin to GGUF (f32)");
+    convert_cmd->add_option("--model-bin", convert->model_bin, "llama2.c checkpoint (legacy format)")->required();
+    convert_cmd->add_option("--tokenizer-bin", convert->tokenizer_bin, "llama2.c tokenizer.bin")->required();
+    convert_cmd->add_option("-o,--output", convert->output, "output GGUF file")->required();
+    convert_cmd->add_option("--name", convert->name, "general.name (default: the model.bin file name)");
+    convert_cmd->callback([convert] { run_convert(*convert); });
+
+    auto quantize = std::make_shared<QuantizeOptions>();
+    CLI::App* quantize_cmd =
+        app.add_subcommand("quantize", "Re-encode a GGUF model's 2-D weights as another type (norms stay f32)");
+    quantize_cmd->add_option("input", quantize->input, "input GGUF")->required();
+    quantize_cmd->add_option("output", quantize->output, "output GGUF")->required();
+    quantize_cmd->add_option("type", quantize->type, std::string("target type: ") + kQuantizeTypes)->required();
+    quantize_cmd->callback([quantize] { run_quantize(*quantize); });
+
+    auto info_model = std::make_shared<std::string>();
+    CLI::App* info_cmd = app.add_subcommand("info", "Print a GGUF file's metadata and tensor table");
+    info_cmd->add_option("model", *info_model, "GGUF file")->required();
+    info_cmd->callback([info_model] { run_info(*info_model); });
+}
+
+}  // namespace specd::cli
