@@ -34,6 +34,9 @@
 
 // Full unrolling of the small constant loops keeps tiles in registers.
 #define SPECD_UNROLL _Pragma("GCC unroll 16")
+// Tile helpers must inline into their kernels, or their register tiles
+// go through memory.
+#define SPECD_INLINE inline __attribute__((always_inline))
 
 namespace specd::kern {
 
@@ -44,17 +47,17 @@ namespace {
 // Hides a value from the optimiser so that addresses derived from it stay
 // base + index*scale operands instead of 16 separately kept pointers.
 template <class T>
-inline T opaque(T v) {
+SPECD_INLINE T opaque(T v) {
     __asm__("" : "+r"(v));
     return v;
 }
 
-inline __mmask16 tail_mask(int64_t n) { return static_cast<__mmask16>(n >= 16 ? 0xffff : (1u << n) - 1u); }
+SPECD_INLINE __mmask16 tail_mask(int64_t n) { return static_cast<__mmask16>(n >= 16 ? 0xffff : (1u << n) - 1u); }
 
 // 16 weights of type T starting at element k of a row, as f32; masked
 // lanes read nothing and are zero.
 template <TensorType T>
-inline __m512 load_w16(const unsigned char* row, int64_t k) {
+SPECD_INLINE __m512 load_w16(const unsigned char* row, int64_t k) {
     if constexpr (T == TensorType::F32) {
         return _mm512_loadu_ps(reinterpret_cast<const float*>(row) + k);
     } else if constexpr (T == TensorType::F16) {
@@ -66,7 +69,7 @@ inline __m512 load_w16(const unsigned char* row, int64_t k) {
 }
 
 template <TensorType T>
-inline __m512 load_w16_mask(const unsigned char* row, int64_t k, __mmask16 m) {
+SPECD_INLINE __m512 load_w16_mask(const unsigned char* row, int64_t k, __mmask16 m) {
     if constexpr (T == TensorType::F32) {
         return _mm512_maskz_loadu_ps(m, reinterpret_cast<const float*>(row) + k);
     } else if constexpr (T == TensorType::F16) {
@@ -79,7 +82,7 @@ inline __m512 load_w16_mask(const unsigned char* row, int64_t k, __mmask16 m) {
 
 // 8 weights of type T as f32 (for packing).
 template <TensorType T>
-inline __m256 load_w8(const unsigned char* row, int64_t k) {
+SPECD_INLINE __m256 load_w8(const unsigned char* row, int64_t k) {
     if constexpr (T == TensorType::F32) {
         return _mm256_loadu_ps(reinterpret_cast<const float*>(row) + k);
     } else if constexpr (T == TensorType::F16) {
@@ -91,7 +94,7 @@ inline __m256 load_w8(const unsigned char* row, int64_t k) {
 }
 
 template <TensorType T>
-inline float load_w1(const unsigned char* row, int64_t k) {
+SPECD_INLINE float load_w1(const unsigned char* row, int64_t k) {
     if constexpr (T == TensorType::F32) {
         float v;
         std::memcpy(&v, row + 4 * k, 4);
@@ -104,7 +107,7 @@ inline float load_w1(const unsigned char* row, int64_t k) {
 }
 
 // Per 128-bit lane: [sum-parts of a0, a1, a2, a3].
-inline __m512 partial4(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
+SPECD_INLINE __m512 partial4(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
     const __m512 t01 = _mm512_add_ps(_mm512_unpacklo_ps(a0, a1), _mm512_unpackhi_ps(a0, a1));
     const __m512 t23 = _mm512_add_ps(_mm512_unpacklo_ps(a2, a3), _mm512_unpackhi_ps(a2, a3));
     return _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t01), _mm512_castps_pd(t23))),
@@ -112,14 +115,14 @@ inline __m512 partial4(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
 }
 
 // [sum(a0), sum(a1), sum(a2), sum(a3)].
-inline __m128 reduce4(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
+SPECD_INLINE __m128 reduce4(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
     const __m512 u = partial4(a0, a1, a2, a3);
     const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(u), _mm512_extractf32x8_ps(u, 1));
     return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
 }
 
 // [sum(a0), ..., sum(a7)].
-inline __m256 reduce8(__m512 a0, __m512 a1, __m512 a2, __m512 a3, __m512 a4, __m512 a5, __m512 a6, __m512 a7) {
+SPECD_INLINE __m256 reduce8(__m512 a0, __m512 a1, __m512 a2, __m512 a3, __m512 a4, __m512 a5, __m512 a6, __m512 a7) {
     const __m512 u = partial4(a0, a1, a2, a3), v = partial4(a4, a5, a6, a7);
     // [u.L0+u.L1, u.L2+u.L3, v.L0+v.L1, v.L2+v.L3]
     const __m512 w = _mm512_add_ps(_mm512_shuffle_f32x4(u, v, 0x88), _mm512_shuffle_f32x4(u, v, 0xdd));
@@ -128,7 +131,7 @@ inline __m256 reduce8(__m512 a0, __m512 a1, __m512 a2, __m512 a3, __m512 a4, __m
 }
 
 // In-register 8x8 transpose of f32.
-inline void transpose8(__m256 r[8]) {
+SPECD_INLINE void transpose8(__m256 r[8]) {
     const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
     const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
     const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
@@ -147,7 +150,7 @@ inline void transpose8(__m256 r[8]) {
     r[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
 }
 
-inline int32_t load_i32(const int8_t* p) {
+SPECD_INLINE int32_t load_i32(const void* p) {
     int32_t v;
     std::memcpy(&v, p, 4);
     return v;
@@ -350,19 +353,12 @@ struct QTile {
 // (6 registers instead of 16 pointers).
 struct QRows {
     size_t rb, r3, r5, r7;  // row stride times 1, 3, 5, 7
-    __m512i gidx;           // lane i: byte offset of row i (clamped to the last valid row)
 };
 
-inline QRows q_rows(size_t rb, int nv) {
-    QRows q{rb, 3 * rb, 5 * rb, 7 * rb, {}};
-    alignas(64) int32_t idx[16];
-    for (int i = 0; i < 16; ++i) idx[i] = static_cast<int32_t>(std::min(i, nv - 1) * rb);
-    q.gidx = _mm512_load_si512(idx);
-    return q;
-}
+SPECD_INLINE QRows q_rows(size_t rb) { return QRows{rb, 3 * rb, 5 * rb, 7 * rb}; }
 
 template <int I>
-inline const unsigned char* row_at(const unsigned char* p, const unsigned char* p8, const QRows& q) {
+SPECD_INLINE const unsigned char* row_at(const unsigned char* p, const unsigned char* p8, const QRows& q) {
     if constexpr (I == 0) return p;
     if constexpr (I == 1) return p + q.rb;
     if constexpr (I == 2) return p + 2 * q.rb;
@@ -385,24 +381,43 @@ inline const unsigned char* row_at(const unsigned char* p, const unsigned char* 
 // >= nv repeat row nv - 1 (their lanes are computed but never stored, and
 // nothing past the last row is read).
 template <TensorType T, bool Full>
-inline void load_qtile(const unsigned char* tile, const QRows& q, int nv, int64_t b, QTile& t) {
+SPECD_INLINE void load_qtile(const unsigned char* tile, const QRows& q, int nv, int64_t b, QTile& t) {
     constexpr size_t bb = T == TensorType::Q8_0 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0);
     const unsigned char* p = opaque(tile + static_cast<size_t>(b) * bb);  // row 0, block b
     const unsigned char* p8 = p + 8 * q.rb;
     // Address of row i's quantised bytes (after the 2-byte scale).
-    auto at = [&](auto i) -> const unsigned char* {
+    auto at = [&](auto i) __attribute__((always_inline)) -> const unsigned char* {
         constexpr int I = decltype(i)::value;
         if constexpr (Full) return row_at<I>(p, p8, q) + 2;
         return p + std::min(I, nv - 1) * q.rb + 2;
     };
-    const __m512i raw = _mm512_i32gather_epi32(q.gidx, p, 1);  // low 16 bits: fp16 d
-    t.s = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(raw));
+    // The 16 fp16 scales: one dword load per row (d and two code bytes),
+    // then an unpack tree keeps the low words. Cheaper than vpgatherdd,
+    // which is microcoded (~12 cycles) on AMD.
+    {
+        using std::integral_constant;
+        auto d = [&](auto i) __attribute__((always_inline)) -> __m128i {
+            return _mm_cvtsi32_si128(load_i32(reinterpret_cast<const int8_t*>(at(i) - 2)));
+        };
+        auto pair = [&](auto a, auto b) __attribute__((always_inline)) { return _mm_unpacklo_epi16(d(a), d(b)); };
+        const __m128i w0 = _mm_unpacklo_epi32(pair(integral_constant<int, 0>{}, integral_constant<int, 1>{}),
+                                              pair(integral_constant<int, 2>{}, integral_constant<int, 3>{}));
+        const __m128i w1 = _mm_unpacklo_epi32(pair(integral_constant<int, 4>{}, integral_constant<int, 5>{}),
+                                              pair(integral_constant<int, 6>{}, integral_constant<int, 7>{}));
+        const __m128i w2 = _mm_unpacklo_epi32(pair(integral_constant<int, 8>{}, integral_constant<int, 9>{}),
+                                              pair(integral_constant<int, 10>{}, integral_constant<int, 11>{}));
+        const __m128i w3 = _mm_unpacklo_epi32(pair(integral_constant<int, 12>{}, integral_constant<int, 13>{}),
+                                              pair(integral_constant<int, 14>{}, integral_constant<int, 15>{}));
+        const __m256i h = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_unpacklo_epi64(w0, w1)),
+                                                  _mm_unpacklo_epi64(w2, w3), 1);
+        t.s = _mm512_cvtph_ps(h);
+    }
     if constexpr (T == TensorType::Q8_0) {
         // Z[k]: rows lo(k) | hi(k) with lo = 0,1,2,3,8,9,10,11 and hi = lo + 4, so
         // the final 128-bit shuffle leaves lanes in row order.
         __m512i z[8];
         const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
-        auto make = [&](auto lo, auto hi) {
+        auto make = [&](auto lo, auto hi) __attribute__((always_inline)) {
             const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(at(lo)));
             const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(at(hi)));
             return _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(a), c, 1), flip);
@@ -433,7 +448,7 @@ inline void load_qtile(const unsigned char* tile, const QRows& q, int nv, int64_
     } else {
         // Z[m]: 128-bit lane L = row 4L + m's 16 bytes; a 4x4 dword transpose
         // per lane leaves lane i = row i.
-        auto make = [&](auto r0, auto r1, auto r2, auto r3) {
+        auto make = [&](auto r0, auto r1, auto r2, auto r3) __attribute__((always_inline)) {
             __m512i v = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(at(r0))));
             v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(at(r1))), 1);
             v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(at(r2))), 2);
@@ -460,7 +475,7 @@ inline void load_qtile(const unsigned char* tile, const QRows& q, int nv, int64_
 
 // F[r] += block b's contribution for activation rows t0 + r, r < NR.
 template <int NR>
-inline void q_block_rows(const QTile& t, const PreparedInput& x, int64_t b, int t0, __m512 F[NR]) {
+SPECD_INLINE void q_block_rows(const QTile& t, const PreparedInput& x, int64_t b, int t0, __m512 F[NR]) {
     const int8_t* xq = x.q8_block(b, t0);   // row t0 + r at xq + 32r
     const float* xd = x.q8_scale(b, t0);    // row t0 + r at xd[r]
     const int32_t* xc = x.q8_corr(b, t0);   // row t0 + r at xc[r]
@@ -487,7 +502,7 @@ inline void q_block_rows(const QTile& t, const PreparedInput& x, int64_t b, int 
 }
 
 template <int NR>
-inline void store_rows(const __m512 F[NR], float* y, int64_t ldy, int t0, __mmask16 m, bool accumulate) {
+SPECD_INLINE void store_rows(const __m512 F[NR], float* y, int64_t ldy, int t0, __mmask16 m, bool accumulate) {
     SPECD_UNROLL
     for (int r = 0; r < NR; ++r) {
         float* out = y + (t0 + r) * ldy;
@@ -502,7 +517,7 @@ template <TensorType T, int NR>
 void q_direct(const unsigned char* W, size_t rb, const PreparedInput& x, float* y, int64_t ldy, int64_t n0, int64_t n1) {
     const int64_t nb = x.n_blocks();
     auto tile = [&](auto full, int64_t n, int nv) {
-        const QRows q = q_rows(rb, nv);
+        const QRows q = q_rows(rb);
         const unsigned char* w = W + n * rb;
         __m512 F[NR];
         SPECD_UNROLL
@@ -551,7 +566,7 @@ void q_buffered(const unsigned char* W, size_t rb, const PreparedInput& x, float
     for (int64_t n = n0; n < n1; n += 16) {
         const int nv = static_cast<int>(std::min<int64_t>(16, n1 - n));
         const __mmask16 m = tail_mask(nv);
-        const QRows q = q_rows(rb, nv);
+        const QRows q = q_rows(rb);
         const unsigned char* w = W + n * rb;
         for (int64_t b0 = 0; b0 < nb; b0 += kQChunk) {
             const int64_t nbc = std::min<int64_t>(kQChunk, nb - b0);

@@ -137,27 +137,27 @@ Llama2cVocab read_llama2c_tokenizer(const std::string& path, const gguf::MappedF
     const uint8_t* p = file.data();
     const size_t size = file.size();
     size_t pos = 0;
-    auto read_i32 = [&](int32_t token, const char* what) {
+    auto read_i32 = [&](const char* what, int32_t token) {
         if (size - pos < sizeof(int32_t)) {
-            throw Error(path + ": truncated at token " + std::to_string(token) + " (" + what + "); model.bin has " +
-                        std::to_string(vocab_size) + " tokens");
+            throw Error(path + ": truncated at the " + what + (token >= 0 ? " of token " + std::to_string(token) : "") +
+                        " (model.bin has " + std::to_string(vocab_size) + " tokens)");
         }
         int32_t v;
         std::memcpy(&v, p + pos, sizeof v);
         pos += sizeof v;
         return v;
     };
-    if (read_i32(-1, "max_token_length") <= 0) throw Error(path + ": max_token_length is not positive");
+    if (read_i32("max_token_length", -1) <= 0) throw Error(path + ": max_token_length is not positive");
 
     Llama2cVocab vocab;
     vocab.tokens.reserve(static_cast<size_t>(vocab_size));
     vocab.scores.reserve(static_cast<size_t>(vocab_size));
     vocab.types.reserve(static_cast<size_t>(vocab_size));
     for (int32_t id = 0; id < vocab_size; ++id) {
-        const int32_t score_bits = read_i32(id, "score");
+        const int32_t score_bits = read_i32("score", id);
         float score;
         std::memcpy(&score, &score_bits, sizeof score);
-        const int32_t len = read_i32(id, "length");
+        const int32_t len = read_i32("length", id);
         if (len < 0 || static_cast<size_t>(len) > size - pos) {
             throw Error(path + ": token " + std::to_string(id) + " has length " + std::to_string(len) + " but " +
                         std::to_string(size - pos) + " bytes remain");

@@ -427,7 +427,8 @@ public:
         pending_ = n_ - 1;
         gen_.fetch_add(1, std::memory_order_release);
         fn(0);
-        while (pending_.load(std::memory_order_acquire) != 0) {
+        for (int spins = 0; pending_.load(std::memory_order_acquire) != 0; ++spins) {
+            if (spins > 100000) std::this_thread::yield();  // a loaded machine: let the worker run
         }
     }
 
@@ -436,7 +437,8 @@ private:
         uint64_t seen = 0;
         for (;;) {
             uint64_t g;
-            while ((g = gen_.load(std::memory_order_acquire)) == seen) {
+            for (int spins = 0; (g = gen_.load(std::memory_order_acquire)) == seen; ++spins) {
+                if (spins > 100000) std::this_thread::yield();
             }
             seen = g;
             if (stop_) return;
@@ -452,16 +454,27 @@ private:
     std::atomic<bool> stop_{false};
 };
 
-template <class Fn>
-double median_us(int reps, Fn&& fn) {
+struct Timing {
+    double median, min;
+};
+
+// Median and minimum of `reps` timed calls; `before` runs untimed ahead of each.
+template <class Fn, class Before>
+Timing time_us(int reps, Fn&& fn, Before&& before) {
     std::vector<double> t;
     for (int i = 0; i < reps; ++i) {
+        before();
         const double t0 = now_us();
         fn();
         t.push_back(now_us() - t0);
     }
     std::sort(t.begin(), t.end());
-    return t[t.size() / 2];
+    return {t[t.size() / 2], t[0]};
+}
+
+template <class Fn>
+double median_us(int reps, Fn&& fn) {
+    return time_us(reps, fn, [] {}).median;
 }
 
 double dram_bandwidth_gbs(BenchThreads& threads, int nth) {
@@ -487,56 +500,89 @@ double dram_bandwidth_gbs(BenchThreads& threads, int nth) {
 
 }  // namespace
 
+// Filters for the bench: SPECD_BENCH_TYPES="q8_0,f32", SPECD_BENCH_ROWS="1,9",
+// SPECD_BENCH_SHAPES="32000x288", SPECD_BENCH_ALL_ISAS=1 (avx2 too).
+bool bench_pick(const char* env, const std::string& item) {
+    const char* v = std::getenv(env);
+    if (v == nullptr || *v == '\0') return true;
+    const std::string list = std::string(",") + v + ",";
+    return list.find("," + item + ",") != std::string::npos;
+}
+
 TEST_CASE("bench: matmul at the stories15M shapes, 1 and 2 threads", "[.bench]") {
     BenchThreads threads(2);
     const double bw2 = dram_bandwidth_gbs(threads, 2), bw1 = dram_bandwidth_gbs(threads, 1);
-    std::printf("DRAM streaming read (512 MiB): 1 thread %.1f GB/s, 2 threads %.1f GB/s\n", bw1, bw2);
+    std::printf("DRAM streaming read (512 MiB, median of 5): 1 thread %.1f GB/s, 2 threads %.1f GB/s\n", bw1, bw2);
     std::vector<Isa> isas = {cpu_isa()};
     if (const char* e = std::getenv("SPECD_BENCH_ALL_ISAS"); e && *e) {
         isas.clear();
         for (Isa i : {Isa::Avx2, Isa::Avx512})
             if (isa_supported(i)) isas.push_back(i);
     }
-    const char* only = std::getenv("SPECD_BENCH_TYPES");  // e.g. "q8_0,f32"
-    std::printf("%-12s %-5s %-7s %5s %3s %10s %10s %s\n", "shape NxK", "type", "isa", "rows", "thr", "us/call", "rate", "");
+    // Evicts the weights from L3 before a "cold" call (the f32 classifier
+    // does not fit in L3 with the rest of the model, so decode reads it from DRAM).
+    std::vector<uint64_t> flush_buf(size_t{96} << 20 >> 3, 1);  // 96 MiB
+    std::vector<uint64_t> flush_sink(16);
+    auto flush = [&] {
+        threads.run([&](int i) {
+            uint64_t a = 0;
+            const size_t half = flush_buf.size() / 2;
+            for (size_t j = half * static_cast<size_t>(i); j < half * static_cast<size_t>(i + 1); j += 8) a += flush_buf[j];
+            flush_sink[static_cast<size_t>(i) * 8] = a;
+        });
+    };
+    std::printf("%-10s %-5s %-7s %5s %-5s %3s %10s %10s  %s\n", "NxK", "type", "isa", "rows", "cache", "thr", "median us",
+                "min us", "rate (median)");
     struct Shape {
         int64_t n, k;
     };
     for (const Shape s : {Shape{32000, 288}, Shape{768, 288}, Shape{288, 768}, Shape{288, 288}}) {
+        char shape[32];
+        std::snprintf(shape, sizeof shape, "%lldx%lld", static_cast<long long>(s.n), static_cast<long long>(s.k));
+        if (!bench_pick("SPECD_BENCH_SHAPES", shape)) continue;
         for (TensorType type : kTypes) {
-            if (only && !std::strstr(only, tensor_type_name(type))) continue;
+            if (!bench_pick("SPECD_BENCH_TYPES", tensor_type_name(type))) continue;
             const Weights w = make_weights(type, s.n, s.k, 1);
             for (Isa isa : isas) {
-                for (int rows : {1, 2, 4, 9, 16, 128}) {
+                for (int rows : {1, 2, 4, 9, 16, 32, 128}) {
+                    if (!bench_pick("SPECD_BENCH_ROWS", std::to_string(rows))) continue;
                     const std::vector<float> x = make_x(rows, s.k, s.k, 2);
                     std::vector<float> y(static_cast<size_t>(rows * s.n));
                     PreparedInput in;
                     in.reserve(rows, s.k);
                     in.set_shape(type, rows, s.k);
                     in.prepare_rows(isa, x.data(), s.k, 0, rows);
-                    for (int nth : {1, 2}) {
-                        const int64_t half = (s.n / 2 + 15) / 16 * 16;
-                        const int reps = rows >= 128 ? 5 : (s.n >= 32000 ? 21 : 201);
-                        auto call = [&] {
-                            threads.run([&](int i) {
-                                if (nth == 1) {
-                                    if (i == 0) matmul(isa, type, w.ptr(), in, y.data(), s.n, 0, s.n);
-                                } else {
-                                    matmul(isa, type, w.ptr(), in, y.data(), s.n, i == 0 ? 0 : half, i == 0 ? half : s.n);
-                                }
+                    const bool big = s.n >= 32000;
+                    for (bool cold : {false, true}) {
+                        if (cold && !(big && !is_quant(type) && rows <= 16)) continue;
+                        for (int nth : {1, 2}) {
+                            const int64_t half = (s.n / 2 + 15) / 16 * 16;
+                            const int reps = rows >= 128 ? 7 : big ? (cold ? 9 : 31) : 301;
+                            auto call = [&] {
+                                threads.run([&](int i) {
+                                    if (nth == 1) {
+                                        if (i == 0) matmul(isa, type, w.ptr(), in, y.data(), s.n, 0, s.n);
+                                    } else {
+                                        matmul(isa, type, w.ptr(), in, y.data(), s.n, i == 0 ? 0 : half, i == 0 ? half : s.n);
+                                    }
+                                });
+                            };
+                            call();  // warm caches (L3 for the quantised classifier)
+                            const Timing t = time_us(reps, call, [&] {
+                                if (cold) flush();
                             });
-                        };
-                        call();  // warm caches (L3 for the quantised classifier)
-                        const double us = median_us(reps, call);
-                        const double bytes = static_cast<double>(w.data.size());
-                        const double flops = 2.0 * static_cast<double>(s.n * s.k) * rows;
-                        char rate[64];
-                        if (rows <= 16) std::snprintf(rate, sizeof rate, "%.1f GB/s  %.1f GFLOP/s", bytes / us / 1e3, flops / us / 1e3);
-                        else std::snprintf(rate, sizeof rate, "%.1f GFLOP/s", flops / us / 1e3);
-                        char shape[32];
-                        std::snprintf(shape, sizeof shape, "%lldx%lld", static_cast<long long>(s.n), static_cast<long long>(s.k));
-                        std::printf("%-12s %-5s %-7s %5d %3d %10.1f   %s\n", shape, tensor_type_name(type), isa_name(isa), rows, nth, us, rate);
-                        std::fflush(stdout);
+                            const double bytes = static_cast<double>(w.data.size());
+                            const double flops = 2.0 * static_cast<double>(s.n * s.k) * rows;
+                            char rate[64];
+                            if (rows <= 16) {
+                                std::snprintf(rate, sizeof rate, "%6.1f GB/s %7.1f GFLOP/s", bytes / t.median / 1e3, flops / t.median / 1e3);
+                            } else {
+                                std::snprintf(rate, sizeof rate, "%18.1f GFLOP/s", flops / t.median / 1e3);
+                            }
+                            std::printf("%-10s %-5s %-7s %5d %-5s %3d %10.1f %10.1f  %s\n", shape, tensor_type_name(type),
+                                        isa_name(isa), rows, cold ? "cold" : "warm", nth, t.median, t.min, rate);
+                            std::fflush(stdout);
+                        }
                     }
                 }
             }
