@@ -213,12 +213,28 @@ void PreparedInput::prepare_rows(Isa isa, const float* x, int64_t ldx, int row_b
         }
     }
     if (panels_) {
-        // (k, 16) panels: row r is lane r % 16 of panel r / 16.
-        for (int r = row_begin; r < row_end; ++r) {
+        // (k, 16) panels: row r is lane r % 16 of panel r / 16. Whole panels
+        // inside the range are transposed 16x16 at a time; rows of panels
+        // shared with another thread's range go one by one.
+        auto one_row = [&](int r) {
             const float* xr = x + static_cast<int64_t>(r) * ldx;
             float* p = panel_ + static_cast<int64_t>(r / 16) * k_ * 16 + (r % 16);
             for (int64_t kk = 0; kk < k_; ++kk) p[kk * 16] = xr[kk];
+        };
+        int r = row_begin;
+        for (; r < row_end && r % 16 != 0; ++r) one_row(r);
+        for (; r + 16 <= row_end; r += 16) {
+            const float* xr = x + static_cast<int64_t>(r) * ldx;
+            float* p = panel_ + static_cast<int64_t>(r / 16) * k_ * 16;
+            switch (isa) {
+                case Isa::Avx512: kern::pack_panel_avx512(xr, ldx, k_, p); break;
+                case Isa::Avx2: kern::pack_panel_avx2(xr, ldx, k_, p); break;
+                case Isa::Scalar:
+                    for (int l = 0; l < 16; ++l) one_row(r + l);
+                    break;
+            }
         }
+        for (; r < row_end; ++r) one_row(r);
     }
 }
 

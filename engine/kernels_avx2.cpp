@@ -341,6 +341,20 @@ void matmul_avx2(TensorType type, const void* W, const PreparedInput& x, float* 
 
 // ------------------------------------------------------------ other kernels ---
 
+void pack_panel_avx2(const float* x, int64_t ldx, int64_t k, float* panel) {
+    int64_t kk = 0;
+    for (; kk + 8 <= k; kk += 8) {
+        for (int h = 0; h < 2; ++h) {  // rows 8h..8h+8 -> lanes 8h..8h+8
+            __m256 r[8];
+            for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(x + (8 * h + i) * ldx + kk);
+            transpose8(r);
+            for (int j = 0; j < 8; ++j) _mm256_store_ps(panel + (kk + j) * 16 + 8 * h, r[j]);
+        }
+    }
+    for (; kk < k; ++kk)
+        for (int l = 0; l < 16; ++l) panel[kk * 16 + l] = x[l * ldx + kk];
+}
+
 void quantize_act_avx2(const float* x, int64_t k, const QuantDst& dst) {
     const __m256 sign = _mm256_set1_ps(-0.0f), half = _mm256_set1_ps(0.5f), one = _mm256_set1_ps(1.0f);
     for (int64_t b = 0; b < k / kQuantBlock; ++b) {

@@ -168,9 +168,15 @@ void dot_tile(const unsigned char* w, size_t rb, int64_t K, const PreparedInput&
         for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_setzero_ps();
     const int64_t rows = x.rows();
     const float* xc = x.f32_chunk(0, t0);  // chunk c of row t0 + j at xc + (c*rows + j)*16
+    // The next tile's rows, one tile ahead: rows = 1..8 is a DRAM stream
+    // of 4..8 interleaved rows that the hardware prefetcher alone covers poorly.
+    const unsigned char* next = w + MR * rb;
+    constexpr int64_t es = T == TensorType::F32 ? 4 : 2;
     int64_t k = 0;
     for (; k + 16 <= K; k += 16, xc += rows * 16) {
         __m512 wv[MR];
+        SPECD_UNROLL
+        for (int i = 0; i < MR; ++i) _mm_prefetch(reinterpret_cast<const char*>(next + i * rb + k * es), _MM_HINT_T0);
         SPECD_UNROLL
         for (int i = 0; i < MR; ++i) wv[i] = load_w16<T>(w + i * rb, k);
         SPECD_UNROLL
@@ -621,6 +627,43 @@ void matmul_avx512(TensorType type, const void* W, const PreparedInput& x, float
 }
 
 // ------------------------------------------------------------ other kernels ---
+
+void pack_panel_avx512(const float* x, int64_t ldx, int64_t k, float* panel) {
+    int64_t kk = 0;
+    for (; kk + 16 <= k; kk += 16) {
+        __m512 r[16], a[16], b[16];
+        SPECD_UNROLL
+        for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(x + i * ldx + kk);
+        // 16x16 transpose: pairs of rows, then quads (per 128-bit lane
+        // b[4j + m] lane L = column 4L + m of rows 4j..4j+3), then the 4x4
+        // transpose of 128-bit lanes.
+        SPECD_UNROLL
+        for (int j = 0; j < 8; ++j) {
+            a[2 * j] = _mm512_unpacklo_ps(r[2 * j], r[2 * j + 1]);
+            a[2 * j + 1] = _mm512_unpackhi_ps(r[2 * j], r[2 * j + 1]);
+        }
+        SPECD_UNROLL
+        for (int j = 0; j < 4; ++j) {
+            const __m512d a0 = _mm512_castps_pd(a[4 * j]), a1 = _mm512_castps_pd(a[4 * j + 1]);
+            const __m512d a2 = _mm512_castps_pd(a[4 * j + 2]), a3 = _mm512_castps_pd(a[4 * j + 3]);
+            b[4 * j + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(a0, a2));
+            b[4 * j + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a0, a2));
+            b[4 * j + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(a1, a3));
+            b[4 * j + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(a1, a3));
+        }
+        SPECD_UNROLL
+        for (int m = 0; m < 4; ++m) {
+            const __m512 u0 = _mm512_shuffle_f32x4(b[m], b[4 + m], 0x44), u1 = _mm512_shuffle_f32x4(b[m], b[4 + m], 0xee);
+            const __m512 u2 = _mm512_shuffle_f32x4(b[8 + m], b[12 + m], 0x44), u3 = _mm512_shuffle_f32x4(b[8 + m], b[12 + m], 0xee);
+            _mm512_store_ps(panel + (kk + m) * 16, _mm512_shuffle_f32x4(u0, u2, 0x88));
+            _mm512_store_ps(panel + (kk + 4 + m) * 16, _mm512_shuffle_f32x4(u0, u2, 0xdd));
+            _mm512_store_ps(panel + (kk + 8 + m) * 16, _mm512_shuffle_f32x4(u1, u3, 0x88));
+            _mm512_store_ps(panel + (kk + 12 + m) * 16, _mm512_shuffle_f32x4(u1, u3, 0xdd));
+        }
+    }
+    for (; kk < k; ++kk)
+        for (int l = 0; l < 16; ++l) panel[kk * 16 + l] = x[l * ldx + kk];
+}
 
 void quantize_act_avx512(const float* x, int64_t k, const QuantDst& dst) {
     const __m512 sign = _mm512_set1_ps(-0.0f), half = _mm512_set1_ps(0.5f), one = _mm512_set1_ps(1.0f);

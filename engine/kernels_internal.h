@@ -35,6 +35,10 @@ void quantize_act_scalar(const float* x, int64_t k, const QuantDst& dst);
 void quantize_act_avx2(const float* x, int64_t k, const QuantDst& dst);
 void quantize_act_avx512(const float* x, int64_t k, const QuantDst& dst);
 
+// One full 16-row panel: panel (k, 16) [kk][l] = x[l * ldx + kk], x: (16, ldx) f32.
+void pack_panel_avx2(const float* x, int64_t ldx, int64_t k, float* panel);
+void pack_panel_avx512(const float* x, int64_t ldx, int64_t k, float* panel);
+
 void matmul_scalar(TensorType type, const void* W, const PreparedInput& x, float* y, int64_t ldy, int64_t n_begin,
                    int64_t n_end);
 void matmul_avx2(TensorType type, const void* W, const PreparedInput& x, float* y, int64_t ldy, int64_t n_begin,

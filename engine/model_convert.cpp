@@ -347,25 +347,31 @@ void convert_llama2c(const std::string& model_bin, const std::string& tokenizer_
     const int64_t dim = c.dim, hidden = c.hidden_dim, kv = c.kv_dim(), n_vocab = c.vocab_size;
     const int64_t layers = c.n_layers;
     auto bytes = [](int64_t n_floats) { return static_cast<size_t>(n_floats) * sizeof(float); };
-    // A (layer, rows, cols) stack: one GGUF tensor {cols, rows} per layer.
-    auto add_stack = [&](const char* name, int64_t rows, int64_t cols) {
-        const uint8_t* base = take(layers * rows * cols);
-        for (int64_t l = 0; l < layers; ++l) {
-            std::vector<int64_t> ne = rows == 1 ? std::vector<int64_t>{cols} : std::vector<int64_t>{cols, rows};
-            w.add_tensor("blk." + std::to_string(l) + "." + name, std::move(ne), TensorType::F32,
-                         base + bytes(l * rows * cols), bytes(rows * cols));
-        }
+    // llama2.c stores each weight as a (layer, rows, cols) stack; GGUF has
+    // one tensor {cols, rows} per layer, written layer by layer as llama.cpp does.
+    struct Stack {
+        const char* name;
+        int64_t rows, cols;
+        const uint8_t* base;
     };
-    w.add_tensor("token_embd.weight", {dim, n_vocab}, TensorType::F32, take(n_vocab * dim), bytes(n_vocab * dim));
-    add_stack("attn_norm.weight", 1, dim);
-    add_stack("attn_q.weight", dim, dim);
-    add_stack("attn_k.weight", kv, dim);
-    add_stack("attn_v.weight", kv, dim);
-    add_stack("attn_output.weight", dim, dim);
-    add_stack("ffn_norm.weight", 1, dim);
-    add_stack("ffn_gate.weight", hidden, dim);  // w1
-    add_stack("ffn_down.weight", dim, hidden);  // w2
-    add_stack("ffn_up.weight", hidden, dim);    // w3
+    const uint8_t* token_embedding = take(n_vocab * dim);
+    std::vector<Stack> stacks = {
+        {"attn_norm.weight", 1, dim, nullptr},   {"attn_q.weight", dim, dim, nullptr},
+        {"attn_k.weight", kv, dim, nullptr},     {"attn_v.weight", kv, dim, nullptr},
+        {"attn_output.weight", dim, dim, nullptr}, {"ffn_norm.weight", 1, dim, nullptr},
+        {"ffn_gate.weight", hidden, dim, nullptr},  // w1
+        {"ffn_down.weight", dim, hidden, nullptr},  // w2
+        {"ffn_up.weight", hidden, dim, nullptr},    // w3
+    };
+    for (Stack& s : stacks) s.base = take(layers * s.rows * s.cols);
+    w.add_tensor("token_embd.weight", {dim, n_vocab}, TensorType::F32, token_embedding, bytes(n_vocab * dim));
+    for (int64_t l = 0; l < layers; ++l) {
+        for (const Stack& s : stacks) {
+            std::vector<int64_t> ne = s.rows == 1 ? std::vector<int64_t>{s.cols} : std::vector<int64_t>{s.cols, s.rows};
+            w.add_tensor("blk." + std::to_string(l) + "." + s.name, std::move(ne), TensorType::F32,
+                         s.base + bytes(l * s.rows * s.cols), bytes(s.rows * s.cols));
+        }
+    }
     w.add_tensor("output_norm.weight", {dim}, TensorType::F32, take(dim), bytes(dim));
     take(2 * static_cast<int64_t>(c.seq_len) * (c.head_size() / 2));  // freq_cis_real/imag: RoPE is recomputed
     if (!c.tied) w.add_tensor("output.weight", {dim, n_vocab}, TensorType::F32, take(n_vocab * dim), bytes(n_vocab * dim));

@@ -15,7 +15,7 @@ namespace {
 // Spin this many rounds before yielding / sleeping: a token's phases are a
 // few microseconds apart, so spinning is what keeps the barrier cheap; the
 // fallback keeps an oversubscribed machine (CI, sanitizers) from crawling.
-constexpr int kSpinRounds = 1 << 14;
+constexpr int kSpinRounds = 1 << 11;
 }  // namespace
 
 ThreadPool::ThreadPool(int n_threads) : n_threads_(std::max(1, n_threads)) {
