@@ -601,7 +601,8 @@ void File::parse_contents() {
         for (uint32_t d = 0; d < n_dims; ++d) info.ne[d] = in.read<int64_t>("shape");
         const uint32_t raw_type = in.read<uint32_t>("type");
         if (!tensor_type_supported(raw_type)) {
-            throw Error(where + label + " has unknown or unsupported tensor type " + std::to_string(raw_type));
+            throw Error(where + label + " has unknown or unsupported tensor type " + std::to_string(raw_type) +
+                        " (specd reads f32, f16, bf16, q8_0, q4_0)");
         }
         info.type = static_cast<TensorType>(raw_type);
         int64_t n_elements = 0;

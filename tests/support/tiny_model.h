@@ -35,7 +35,7 @@ inline std::string write_tiny_model(const std::string& path, uint32_t seed, floa
     w.set("llama.rope.freq_base", gguf::Value::f32(10000.0f));
     w.set("llama.attention.layer_norm_rms_epsilon", gguf::Value::f32(1e-5f));
     w.set("tokenizer.ggml.model", gguf::Value::str("llama"));
-    w.set("tokenizer.ggml.tokens", gguf::Value::string_array({"<unk>", "<s>", "</s>", "\xe2\x96\x81a", "\xe2\x96\x81b", "c", "d", "e"}));
+    w.set("tokenizer.ggml.tokens", gguf::Value::string_array({"<unk>", "<s>", "</s>", "\xe2\x96\x81" "a", "\xe2\x96\x81" "b", "c", "d", "e"}));
     w.set("tokenizer.ggml.scores", gguf::Value::f32_array({0, 0, 0, -1, -2, -3, -4, -5}));
     w.set("tokenizer.ggml.token_type", gguf::Value::i32_array({2, 3, 3, 1, 1, 1, 1, 1}));
     w.set("tokenizer.ggml.bos_token_id", gguf::Value::u32(1));
