@@ -27,6 +27,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <type_traits>
 
@@ -607,7 +608,8 @@ void matmul_quant(const unsigned char* W, size_t rb, const PreparedInput& x, flo
 template <TensorType T>
 void matmul_float(const unsigned char* W, size_t rb, const PreparedInput& x, float* y, int64_t ldy, int64_t n0,
                   int64_t n1) {
-    if (x.has_panels()) matmul_float_panels<T>(W, rb, x, y, ldy, n0, n1);
+    static const int thr = std::getenv("SPECD_PANEL_ROWS") ? std::atoi(std::getenv("SPECD_PANEL_ROWS")) : 16;  // EXPERIMENT
+    if (x.has_panels() && x.rows() >= thr) matmul_float_panels<T>(W, rb, x, y, ldy, n0, n1);
     else matmul_float_dot<T>(W, rb, x, y, ldy, n0, n1);
 }
 

@@ -16,7 +16,7 @@ for t in $targets; do
   work=$(mktemp -d)
   [ -d "$corpus" ] && cp -r "$corpus"/. "$work"/
   echo "fuzz: $t for ${seconds}s"
-  "$build/$t" -max_total_time="$seconds" -print_final_stats=0 "$work" 2>&1 | tail -3
+  "$build/bin/$t" -max_total_time="$seconds" -print_final_stats=0 "$work" 2>&1 | tail -3
   rm -rf "$work"
 done
 echo "fuzz: no findings"
