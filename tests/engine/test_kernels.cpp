@@ -544,7 +544,7 @@ TEST_CASE("bench: matmul at the stories15M shapes, 1 and 2 threads", "[.bench]")
             if (!bench_pick("SPECD_BENCH_TYPES", tensor_type_name(type))) continue;
             const Weights w = make_weights(type, s.n, s.k, 1);
             for (Isa isa : isas) {
-                for (int rows : {1, 2, 4, 9, 16, 32, 48, 64, 128}) {
+                for (int rows : {1, 2, 4, 9, 12, 14, 16, 18, 24, 32, 48, 64, 128}) {
                     if (!bench_pick("SPECD_BENCH_ROWS", std::to_string(rows))) continue;
                     const std::vector<float> x = make_x(rows, s.k, s.k, 2);
                     std::vector<float> y(static_cast<size_t>(rows * s.n));
