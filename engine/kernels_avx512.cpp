@@ -27,7 +27,6 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 #include <type_traits>
 
@@ -263,8 +262,12 @@ void pack_w8(const unsigned char* W, size_t rb, int64_t n, int nv, int64_t k0, i
     const unsigned char* row[8];
     SPECD_UNROLL
     for (int i = 0; i < 8; ++i) row[i] = W + (n + std::min(i, nv - 1)) * rb;
+    const unsigned char* next = W + (n + 8) * rb;  // the next tile, fetched while this one is packed
+    constexpr int64_t es = T == TensorType::F32 ? 4 : 2;
     int64_t k = 0;
     for (; k + 8 <= kc; k += 8) {
+        SPECD_UNROLL
+        for (int i = 0; i < 8; ++i) _mm_prefetch(reinterpret_cast<const char*>(next + i * rb + (k0 + k) * es), _MM_HINT_T0);
         __m256 r[8];
         SPECD_UNROLL
         for (int i = 0; i < 8; ++i) r[i] = i < nv ? load_w8<T>(row[i], k0 + k) : _mm256_setzero_ps();
@@ -608,8 +611,7 @@ void matmul_quant(const unsigned char* W, size_t rb, const PreparedInput& x, flo
 template <TensorType T>
 void matmul_float(const unsigned char* W, size_t rb, const PreparedInput& x, float* y, int64_t ldy, int64_t n0,
                   int64_t n1) {
-    static const int thr = std::getenv("SPECD_PANEL_ROWS") ? std::atoi(std::getenv("SPECD_PANEL_ROWS")) : 16;  // EXPERIMENT
-    if (x.has_panels() && x.rows() >= thr) matmul_float_panels<T>(W, rb, x, y, ldy, n0, n1);
+    if (x.has_panels()) matmul_float_panels<T>(W, rb, x, y, ldy, n0, n1);
     else matmul_float_dot<T>(W, rb, x, y, ldy, n0, n1);
 }
 
