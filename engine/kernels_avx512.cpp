@@ -150,6 +150,13 @@ SPECD_INLINE void transpose8(__m256 r[8]) {
     r[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
 }
 
+// acc += dpbusd(a, broadcast of the dword at p). GCC 12 does not fold the
+// broadcast into the instruction's {1to16} memory operand by itself.
+SPECD_INLINE __m512i dpbusd_bcast(__m512i acc, __m512i a, const void* p) {
+    __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(a), "m"(*static_cast<const int32_t*>(p)));
+    return acc;
+}
+
 SPECD_INLINE int32_t load_i32(const void* p) {
     int32_t v;
     std::memcpy(&v, p, 4);
@@ -498,14 +505,14 @@ SPECD_INLINE void q_block_rows(const QTile& t, const PreparedInput& x, int64_t b
             __m512i a = _mm512_set1_epi32(xc[r]), c = _mm512_setzero_si512();
             SPECD_UNROLL
             for (int g = 0; g < 4; ++g) {
-                a = _mm512_dpbusd_epi32(a, t.g[g], _mm512_set1_epi32(load_i32(q + 4 * g)));
-                c = _mm512_dpbusd_epi32(c, t.g[g + 4], _mm512_set1_epi32(load_i32(q + 16 + 4 * g)));
+                a = dpbusd_bcast(a, t.g[g], q + 4 * g);
+                c = dpbusd_bcast(c, t.g[g + 4], q + 16 + 4 * g);
             }
             acc = _mm512_add_epi32(a, c);
         } else {
             acc = _mm512_set1_epi32(xc[r]);
             SPECD_UNROLL
-            for (int g = 0; g < 8; ++g) acc = _mm512_dpbusd_epi32(acc, t.g[g], _mm512_set1_epi32(load_i32(q + 4 * g)));
+            for (int g = 0; g < 8; ++g) acc = dpbusd_bcast(acc, t.g[g], q + 4 * g);
         }
         F[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), _mm512_mul_ps(t.s, _mm512_set1_ps(xd[r])), F[r]);
     }

@@ -13,14 +13,9 @@
 #include "support/models.h"
 
 using namespace specd;
+using test::load;
 
 namespace {
-
-std::unique_ptr<LlamaModel> load(const std::string& file) {
-    INFO("model " << test::model_path(file) << " (run tools/fetch-model.sh)");
-    REQUIRE(test::model_exists(file));
-    return LlamaModel::load(test::model_path(file));
-}
 
 float max_abs_diff(const float* a, const float* b, size_t n) {
     float m = 0.0f;

@@ -12,14 +12,9 @@
 #include "support/tiny_model.h"
 
 using namespace specd;
+using test::load;
 
 namespace {
-
-std::unique_ptr<LlamaModel> load(const std::string& file) {
-    INFO("model " << test::model_path(file) << " (run tools/fetch-model.sh)");
-    REQUIRE(test::model_exists(file));
-    return LlamaModel::load(test::model_path(file));
-}
 
 // Pearson chi-square of observed counts against expected probabilities,
 // pooling cells whose expected count is below 5. Returns {statistic, df}.

@@ -6,7 +6,12 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <memory>
 #include <string>
+
+#include <catch2/catch.hpp>
+
+#include "engine/model.h"
 
 namespace specd::test {
 
@@ -22,5 +27,12 @@ inline std::string models_dir() {
 inline std::string model_path(const std::string& file) { return models_dir() + "/" + file; }
 
 inline bool model_exists(const std::string& file) { return std::filesystem::exists(model_path(file)); }
+
+// Loads a fetched model, failing the test with the fetch hint if it is absent.
+inline std::unique_ptr<LlamaModel> load(const std::string& file) {
+    INFO("model " << model_path(file) << " (run tools/fetch-model.sh)");
+    REQUIRE(model_exists(file));
+    return LlamaModel::load(model_path(file));
+}
 
 }  // namespace specd::test
