@@ -107,7 +107,7 @@ size_t float_layout_bytes(int rows, int64_t k, bool panels) {
 
 size_t quant_layout_bytes(int rows, int64_t k) {
     const size_t r = static_cast<size_t>(rows), nb = static_cast<size_t>(k / kQuantBlock);
-    return align_up(r * static_cast<size_t>(k)) + 2 * align_up(r * nb * 4);
+    return align_up(r * static_cast<size_t>(k)) + align_up(r * nb * sizeof(QuantMeta));
 }
 
 }  // namespace
@@ -128,8 +128,7 @@ void PreparedInput::reserve(int max_rows, int64_t max_k) {
     capacity_bytes_ = want;
     f32_ = panel_ = nullptr;
     q8_ = nullptr;
-    qd_ = nullptr;
-    qc_ = nullptr;
+    qm_ = nullptr;
     rows_ = 0;
     k_ = kp_ = 0;
 }
@@ -159,14 +158,13 @@ void PreparedInput::layout() {
     const size_t r = static_cast<size_t>(rows_);
     f32_ = panel_ = nullptr;
     q8_ = nullptr;
-    qd_ = nullptr;
-    qc_ = nullptr;
+    qm_ = nullptr;
     if (base == nullptr) return;  // nothing reserved and an empty shape
     if (quantized()) {
         const size_t nb = static_cast<size_t>(n_blocks());
         q8_ = reinterpret_cast<int8_t*>(base);
-        qd_ = reinterpret_cast<float*>(base + align_up(r * static_cast<size_t>(k_)));
-        qc_ = reinterpret_cast<int32_t*>(base + align_up(r * static_cast<size_t>(k_)) + align_up(r * nb * 4));
+        qm_ = reinterpret_cast<QuantMeta*>(base + align_up(r * static_cast<size_t>(k_)));
+        (void)nb;
         return;
     }
     f32_ = reinterpret_cast<float*>(base);
@@ -191,7 +189,7 @@ void PreparedInput::prepare_rows(Isa isa, const float* x, int64_t ldx, int row_b
     if (quantized()) {
         for (int r = row_begin; r < row_end; ++r) {
             const float* xr = x + static_cast<int64_t>(r) * ldx;
-            const kern::QuantDst dst{q8_ + static_cast<int64_t>(r) * kQuantBlock, qd_ + r, qc_ + r,
+            const kern::QuantDst dst{q8_ + static_cast<int64_t>(r) * kQuantBlock, qm_ + r,
                                      static_cast<int64_t>(rows_) * kQuantBlock, rows_,
                                      type_ == TensorType::Q8_0 ? -128 : -8};
             switch (isa) {
@@ -261,8 +259,7 @@ void quantize_act_scalar(const float* x, int64_t k, const QuantDst& dst) {
             q[j] = static_cast<int8_t>(qi);
             sum += qi;
         }
-        dst.d[b * dst.dstride] = db;
-        dst.corr[b * dst.dstride] = dst.corr_mul * sum;
+        dst.meta[b * dst.mstride] = {dst.corr_mul * sum, db};
     }
 }
 
@@ -315,7 +312,7 @@ void matmul_quant_scalar(const unsigned char* W, size_t row_bytes, const Prepare
                     }
                     dw = fp16_to_fp32(blk->d);
                 }
-                acc += dw * *x.q8_scale(b, t) * static_cast<float>(isum);
+                acc += dw * x.q8_scale(b, t) * static_cast<float>(isum);
             }
             y[t * ldy + n] = acc;
         }

@@ -15,6 +15,13 @@ namespace specd {
 
 enum class Isa { Scalar, Avx2, Avx512 };
 
+// Per (block, row) data of q8_0-prepared activations, side by side so a
+// kernel fetches both with one 8-byte load.
+struct QuantMeta {
+    int32_t corr;  // -128 * sum(q) for q8_0 weights, -8 * sum(q) for q4_0 weights
+    float d;       // scale: x ~= d * q
+};
+
 // The best instruction set this CPU and OS support (AVX-512 needs
 // F+BW+VL+DQ+VNNI and OS-enabled zmm state). The environment variable
 // SPECD_ISA=scalar|avx2|avx512 lowers the choice, never raises it; any other
@@ -30,7 +37,8 @@ const char* isa_name(Isa isa);  // "scalar", "avx2", "avx512"
 // threads that split N. For f32/f16/bf16 weights the rows stay f32 (zero
 // padded to a multiple of 16, plus a 16-row-panel transposed copy when there
 // are many rows); for q8_0/q4_0 weights they are quantised to q8_0 blocks of
-// 32 (K % 32 == 0), as ggml does, with f32 scales.
+// 32 (K % 32 == 0) as ggml does, but keep their scales in f32 (ggml rounds
+// them to fp16), bit-identically on every ISA.
 class PreparedInput {
 public:
     PreparedInput();
@@ -41,7 +49,8 @@ public:
     PreparedInput& operator=(const PreparedInput&) = delete;
 
     // Allocates room for up to max_rows rows of max_k elements for any
-    // weight type; set_shape/prepare_rows never allocate within it.
+    // weight type; set_shape/prepare_rows never allocate within it. When it
+    // grows the buffer, the current shape is dropped (call set_shape again).
     void reserve(int max_rows, int64_t max_k);
     // Fixes the shape of the next prepare/matmul. Single-threaded. Grows the
     // capacity (allocates) only beyond what reserve() asked for. Throws
@@ -70,8 +79,9 @@ public:
     const float* panel(int p) const { return panel_ + static_cast<int64_t>(p) * k_ * 16; }
     // Quantised layout: block b of row r.
     const int8_t* q8_block(int64_t b, int r) const { return q8_ + (b * rows_ + r) * kQuantBlock; }
-    const float* q8_scale(int64_t b, int r) const { return qd_ + b * rows_ + r; }
-    const int32_t* q8_corr(int64_t b, int r) const { return qc_ + b * rows_ + r; }
+    const QuantMeta* q8_meta(int64_t b, int r) const { return qm_ + b * rows_ + r; }
+    float q8_scale(int64_t b, int r) const { return q8_meta(b, r)->d; }
+    int32_t q8_corr(int64_t b, int r) const { return q8_meta(b, r)->corr; }
 
     // Rows from which the float layout also keeps 16-row panels, read by the
     // compute-bound kernels for many rows (prefill). Below it the dot tiles
@@ -95,8 +105,7 @@ private:
     float* f32_ = nullptr;     // (kp/16, rows, 16) x, chunk-major
     float* panel_ = nullptr;   // (ceil(rows/16), k, 16) x transposed in 16-row panels
     int8_t* q8_ = nullptr;     // (n_blocks, rows, 32) quantised x, block-major
-    float* qd_ = nullptr;      // (n_blocks, rows) activation scale per block
-    int32_t* qc_ = nullptr;    // (n_blocks, rows) -128*sum(q) for q8_0 weights, -8*sum(q) for q4_0
+    QuantMeta* qm_ = nullptr;  // (n_blocks, rows) scale and correction per block
 };
 
 // y[t*ldy + n] = dot(W row n, x row t) for n in [n_begin, n_end), t in

@@ -108,8 +108,12 @@ void dot_tile(const unsigned char* w, size_t rb, int64_t K, const PreparedInput&
             }
         }
     };
+    // The next tile's rows, one tile ahead (a DRAM stream at rows = 1).
+    const unsigned char* next = w + MR * rb;
+    constexpr int64_t es = T == TensorType::F32 ? 4 : 2;
     int64_t k = 0;
     for (; k + 16 <= K; k += 16, xc += rows * 16) {
+        for (int i = 0; i < MR; ++i) _mm_prefetch(reinterpret_cast<const char*>(next + i * rb + k * es), _MM_HINT_T0);
         step([&](int i, int h) { return load_w8<T>(w + i * rb, k + 8 * h); }, xc);
     }
     if (k < K) {
@@ -155,8 +159,11 @@ template <TensorType T>
 void pack_w8(const unsigned char* W, size_t rb, int64_t n, int nv, int64_t k0, int64_t kc, float* wbuf) {
     const unsigned char* row[8];
     for (int i = 0; i < 8; ++i) row[i] = W + (n + std::min(i, nv - 1)) * rb;
+    const unsigned char* next = W + (n + 8) * rb;  // the next tile, fetched while this one is packed
+    constexpr int64_t es = T == TensorType::F32 ? 4 : 2;
     int64_t k = 0;
     for (; k + 8 <= kc; k += 8) {
+        for (int i = 0; i < 8; ++i) _mm_prefetch(reinterpret_cast<const char*>(next + i * rb + (k0 + k) * es), _MM_HINT_T0);
         __m256 r[8];
         for (int i = 0; i < 8; ++i) r[i] = i < nv ? load_w8<T>(row[i], k0 + k) : _mm256_setzero_ps();
         transpose8(r);
@@ -269,7 +276,7 @@ inline __m256 q_block_row(const QTile8& t, const PreparedInput& x, int64_t b, in
     if constexpr (T == TensorType::Q4_0) {
         __m256i s16 = _mm256_maddubs_epi16(t.g[0], _mm256_set1_epi32(load_i32(q)));
         for (int g = 1; g < 8; ++g) s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(t.g[g], _mm256_set1_epi32(load_i32(q + 4 * g))));
-        isum = _mm256_add_epi32(_mm256_madd_epi16(s16, ones), _mm256_set1_epi32(*x.q8_corr(b, r)));
+        isum = _mm256_add_epi32(_mm256_madd_epi16(s16, ones), _mm256_set1_epi32(x.q8_corr(b, r)));
     } else {
         __m256i a = _mm256_setzero_si256(), c = _mm256_setzero_si256();
         for (int g = 0; g < 8; g += 2) {
@@ -280,7 +287,7 @@ inline __m256 q_block_row(const QTile8& t, const PreparedInput& x, int64_t b, in
         }
         isum = _mm256_add_epi32(a, c);
     }
-    return _mm256_mul_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(t.s, _mm256_set1_ps(*x.q8_scale(b, r))));
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(t.s, _mm256_set1_ps(x.q8_scale(b, r))));
 }
 
 constexpr int kQChunk = 32;  // blocks per transposed chunk (32 * 544 bytes = 17 KiB)
@@ -387,8 +394,7 @@ void quantize_act_avx2(const float* x, int64_t k, const QuantDst& dst) {
         __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
         s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
         s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
-        dst.d[b * dst.dstride] = d;
-        dst.corr[b * dst.dstride] = dst.corr_mul * _mm_cvtsi128_si32(s4);
+        dst.meta[b * dst.mstride] = {dst.corr_mul * _mm_cvtsi128_si32(s4), d};
     }
 }
 

@@ -151,7 +151,8 @@ SPECD_INLINE void transpose8(__m256 r[8]) {
 }
 
 // acc += dpbusd(a, broadcast of the dword at p). GCC 12 does not fold the
-// broadcast into the instruction's {1to16} memory operand by itself.
+// broadcast into the instruction's {1to16} memory operand by itself, and the
+// separate vpbroadcastd would double the instruction count of the loop.
 SPECD_INLINE __m512i dpbusd_bcast(__m512i acc, __m512i a, const void* p) {
     __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(a), "m"(*static_cast<const int32_t*>(p)));
     return acc;
@@ -409,12 +410,13 @@ SPECD_INLINE void load_qtile(const unsigned char* tile, const QRows& q, int nv, 
         return p + std::min(I, nv - 1) * q.rb + 2;
     };
     // The 16 fp16 scales: one dword load per row (d and two code bytes),
-    // then an unpack tree keeps the low words. Cheaper than vpgatherdd,
-    // which is microcoded (~12 cycles) on AMD.
+    // then an unpack tree (off the multiply pipes) keeps the low words.
+    // vpgatherdd is microcoded on AMD (~12 cycles per 16 lanes), and scalar
+    // 16-bit loads packed in GPRs measured slower still.
     {
         using std::integral_constant;
         auto d = [&](auto i) __attribute__((always_inline)) -> __m128i {
-            return _mm_cvtsi32_si128(load_i32(reinterpret_cast<const int8_t*>(at(i) - 2)));
+            return _mm_cvtsi32_si128(load_i32(at(i) - 2));
         };
         auto pair = [&](auto a, auto b) __attribute__((always_inline)) { return _mm_unpacklo_epi16(d(a), d(b)); };
         const __m128i w0 = _mm_unpacklo_epi32(pair(integral_constant<int, 0>{}, integral_constant<int, 1>{}),
@@ -491,18 +493,23 @@ SPECD_INLINE void load_qtile(const unsigned char* tile, const QRows& q, int nv, 
 }
 
 // F[r] += block b's contribution for activation rows t0 + r, r < NR.
+// Per row and block: 8 vpdpbusd with the activation dword as a {1to16}
+// memory operand, the correction broadcast, the scale multiply and the FMA.
+// The multiply pipes (8 dpbusd + mul + fma) and the vector loads (10 at 2 per
+// cycle) both come to ~5 cycles per row; moving the broadcasts to vpshufd
+// instead (3 loads per row) measured no faster for twice the instructions.
 template <int NR>
 SPECD_INLINE void q_block_rows(const QTile& t, const PreparedInput& x, int64_t b, int t0, __m512 F[NR]) {
-    const int8_t* xq = x.q8_block(b, t0);   // row t0 + r at xq + 32r
-    const float* xd = x.q8_scale(b, t0);    // row t0 + r at xd[r]
-    const int32_t* xc = x.q8_corr(b, t0);   // row t0 + r at xc[r]
+    const int8_t* xq = x.q8_block(b, t0);     // row t0 + r at xq + 32r
+    const QuantMeta* xm = x.q8_meta(b, t0);   // row t0 + r at xm + r
     SPECD_UNROLL
     for (int r = 0; r < NR; ++r) {
         const int8_t* q = xq + 32 * r;
+        const __m512i corr = _mm512_set1_epi32(xm[r].corr);
         __m512i acc;
         if constexpr (NR <= 2) {
-            // Two chains so one row's eight dpbusd are not one serial chain.
-            __m512i a = _mm512_set1_epi32(xc[r]), c = _mm512_setzero_si512();
+            // Two chains so a lone row's eight dpbusd are not one serial chain.
+            __m512i a = corr, c = _mm512_setzero_si512();
             SPECD_UNROLL
             for (int g = 0; g < 4; ++g) {
                 a = dpbusd_bcast(a, t.g[g], q + 4 * g);
@@ -510,11 +517,11 @@ SPECD_INLINE void q_block_rows(const QTile& t, const PreparedInput& x, int64_t b
             }
             acc = _mm512_add_epi32(a, c);
         } else {
-            acc = _mm512_set1_epi32(xc[r]);
+            acc = corr;
             SPECD_UNROLL
             for (int g = 0; g < 8; ++g) acc = dpbusd_bcast(acc, t.g[g], q + 4 * g);
         }
-        F[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), _mm512_mul_ps(t.s, _mm512_set1_ps(xd[r])), F[r]);
+        F[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), _mm512_mul_ps(t.s, _mm512_set1_ps(xm[r].d)), F[r]);
     }
 }
 
@@ -698,8 +705,7 @@ void quantize_act_avx512(const float* x, int64_t k, const QuantDst& dst) {
         int8_t* qb = dst.q + b * dst.stride;
         _mm_storeu_si128(reinterpret_cast<__m128i*>(qb), _mm512_cvtepi32_epi8(q[0]));
         _mm_storeu_si128(reinterpret_cast<__m128i*>(qb + 16), _mm512_cvtepi32_epi8(q[1]));
-        dst.d[b * dst.dstride] = d;
-        dst.corr[b * dst.dstride] = dst.corr_mul * _mm512_reduce_add_epi32(_mm512_add_epi32(q[0], q[1]));
+        dst.meta[b * dst.mstride] = {dst.corr_mul * _mm512_reduce_add_epi32(_mm512_add_epi32(q[0], q[1])), d};
     }
 }
 

@@ -7,8 +7,9 @@
 //                   panel(p)         (k, 16) f32, element [kk][l] = x[16p + l][kk], 0 past rows;
 //                                    only when has_panels() (rows >= kPanelMinRows)
 //   q8_0/q4_0:      q8_block(b, r)   (32) int8, block b of x row r: (n_blocks, rows, 32)
-//                   q8_scale(b, r)   f32, x[r][32b + j] ~= q8_scale(b, r) * q8_block(b, r)[j]
-//                   q8_corr(b, r)    int32, -128 * sum_j q (q8_0 weights) or -8 * sum_j q (q4_0
+//                   q8_meta(b, r)    {corr, d}: (n_blocks, rows) of 8 bytes
+//                                    d: x[r][32b + j] ~= d * q8_block(b, r)[j]
+//                                    corr: -128 * sum_j q (q8_0 weights) or -8 * sum_j q (q4_0
 //                                    weights): the offset that unsigned-times-signed int8 dot
 //                                    products (weights + 128, or q4_0 nibbles without their -8)
 //                                    must add back.
@@ -22,13 +23,12 @@ namespace specd::kern {
 
 // Activation quantisation of one row, identical bits on every ISA, per block b:
 // amax = max|x|, d = amax/127, q = round-half-away(x * (1/d)), corr = corr_mul * sum(q).
-// x (k) f32; block b goes to q + b*stride (32 int8), d[b*dstride], corr[b*dstride].
+// x (k) f32; block b goes to q + b*stride (32 int8) and meta[b*mstride].
 struct QuantDst {
     int8_t* q;
-    float* d;
-    int32_t* corr;
+    QuantMeta* meta;
     int64_t stride;   // bytes between blocks of q (32 * rows)
-    int64_t dstride;  // elements between blocks of d and corr (rows)
+    int64_t mstride;  // entries between blocks of meta (rows)
     int32_t corr_mul;
 };
 void quantize_act_scalar(const float* x, int64_t k, const QuantDst& dst);
