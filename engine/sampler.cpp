@@ -64,6 +64,16 @@ Rng::Rng(uint64_t seed) {
     for (uint64_t& s : state_) s = splitmix64(x);
 }
 
+Rng::Rng(const RngState& state) {
+    for (int i = 0; i < 4; ++i) state_[i] = state.s[i];
+}
+
+RngState Rng::state() const {
+    RngState out;
+    for (int i = 0; i < 4; ++i) out.s[i] = state_[i];
+    return out;
+}
+
 uint64_t Rng::next_u64() {
     const uint64_t result = rotl(state_[1] * 5, 7) * 9;
     const uint64_t t = state_[1] << 17;
@@ -106,6 +116,11 @@ Sampler::Sampler(const SamplingParams& params, int32_t n_vocab) : params_(params
     candidates_.resize(static_cast<size_t>(n_vocab));
     penalised_.resize(static_cast<size_t>(n_vocab));
     seen_mark_.assign(static_cast<size_t>(n_vocab), 0);
+}
+
+void Sampler::set_params(const SamplingParams& params) {
+    params.validate();
+    params_ = params;
 }
 
 // Writes the penalised logits of the history's distinct tokens into

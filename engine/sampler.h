@@ -25,12 +25,20 @@ struct SamplingParams {              // defaults as llama.cpp's
 // The seed that asks for a random seed (LLAMA_DEFAULT_SEED).
 inline constexpr uint64_t kRandomSeed = 0xFFFFFFFF;
 
+// The whole state of an Rng, so a request's random stream can travel in
+// messages between the actors that draw from it in turn.
+struct RngState {
+    uint64_t s[4] = {0, 0, 0, 0};
+};
+
 // xoshiro256** seeded through splitmix64: small, fast, one per request.
 class Rng {
 public:
     explicit Rng(uint64_t seed);     // kRandomSeed: seeded from std::random_device
+    explicit Rng(const RngState& state);
     uint64_t next_u64();
     double uniform();                // in [0, 1), 53 random bits
+    RngState state() const;
 
 private:
     uint64_t state_[4];
@@ -49,6 +57,9 @@ public:
     Sampler(const SamplingParams& params, int32_t n_vocab);
     const SamplingParams& params() const { return params_; }
     int32_t n_vocab() const { return n_vocab_; }
+    // Switches to other parameters (validated) and keeps the scratch, so one
+    // sampler can serve many requests in turn.
+    void set_params(const SamplingParams& params);
 
     // logits: (n_vocab); history: tokens so far (prompt + generated) for the
     // penalty. No allocation. Exactly draw(distribution(logits, history), rng):

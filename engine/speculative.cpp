@@ -36,6 +36,7 @@ void SpecStats::add(const SpecStats& o) {
     draft_ms += o.draft_ms;
     verify_ms += o.verify_ms;
     k_sum += o.k_sum;
+    n_load_capped += o.n_load_capped;
     const size_t n = std::max(drafted_per_position.size(), o.drafted_per_position.size());
     drafted_per_position.resize(n, 0);
     accepted_per_position.resize(n, 0);

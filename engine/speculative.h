@@ -36,6 +36,7 @@ struct SpecStats {
     double draft_ms = 0.0;       // time in the proposer
     double verify_ms = 0.0;      // time in target forwards and the acceptance rule
     int64_t k_sum = 0;           // sum of the k chosen per step (mean k = k_sum / n_steps)
+    int64_t n_load_capped = 0;   // steps whose k the load policy cut (runtime only)
 
     double acceptance_rate() const { return n_drafted ? static_cast<double>(n_accepted) / static_cast<double>(n_drafted) : 0.0; }
     // 1 + accepted per draft: tokens a verifying forward yields on average.

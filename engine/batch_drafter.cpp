@@ -1,0 +1,144 @@
+#include "engine/batch_drafter.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "engine/generate.h"
+
+namespace specd {
+
+BatchDrafter::BatchDrafter(ForwardPass* draft_fwd, PagedKvCache* draft_kv, int32_t ngram_min, int32_t ngram_max)
+    : fwd_(draft_fwd), kv_(draft_kv), ngram_(ngram_min, ngram_max),
+      sampler_(SamplingParams{}, draft_fwd ? draft_fwd->n_vocab() : 1) {
+    if ((fwd_ == nullptr) != (kv_ == nullptr)) throw Error("drafter: a draft model needs both its forward pass and its cache");
+}
+
+void BatchDrafter::close(uint64_t request) {
+    auto it = requests_.find(request);
+    if (it == requests_.end()) return;
+    if (kv_ && it->second.seq >= 0) kv_->free_sequence(it->second.seq);
+    requests_.erase(it);
+}
+
+void BatchDrafter::draft(std::span<const DraftJob> jobs, std::vector<DraftOutcome>& out) {
+    const size_t first_out = out.size();
+    const double t0 = now_ms();
+    for (const DraftJob& job : jobs) {
+        DraftOutcome o;
+        o.request = job.request;
+        o.tag = job.tag;
+        o.rng = job.rng;
+        o.batch_requests = static_cast<int32_t>(jobs.size());
+        if (!fwd_ && job.k > 0 && !job.context.empty()) {
+            ProposeRequest req;
+            req.context = job.context;
+            req.k = job.k;
+            ngram_.propose(req, o.draft);
+        }
+        out.push_back(std::move(o));
+    }
+    if (fwd_) model_draft(jobs, out, first_out);
+    const double ms = now_ms() - t0;
+    for (size_t i = first_out; i < out.size(); ++i) out[i].step_ms = ms;
+}
+
+void BatchDrafter::model_draft(std::span<const DraftJob> jobs, std::vector<DraftOutcome>& out, size_t first_out) {
+    const int32_t n_ctx = kv_->shape().max_seq_len;
+    const size_t V = static_cast<size_t>(fwd_->n_vocab());
+    const int32_t budget = fwd_->options().max_batch_tokens;
+    active_.clear();
+    for (size_t j = 0; j < jobs.size(); ++j) {
+        const DraftJob& job = jobs[j];
+        const int32_t room = n_ctx - static_cast<int32_t>(job.context.size());
+        const int32_t k = std::min(job.k, room);
+        if (k <= 0 || job.context.empty()) continue;
+        auto it = requests_.find(job.request);
+        if (it == requests_.end()) {
+            Request r;
+            try {
+                r.seq = kv_->create_sequence();
+            } catch (const Error&) {
+                continue;  // no sequence slot: this request goes without a draft this step
+            }
+            it = requests_.emplace(job.request, std::move(r)).first;
+        }
+        Request& r = it->second;
+        // Roll back to the longest prefix still valid; the last context
+        // token is always fed again to get the next distribution.
+        size_t common = 0;
+        const size_t limit = std::min(r.cached.size(), job.context.size());
+        while (common < limit && r.cached[common] == job.context[common]) ++common;
+        if (common == job.context.size()) --common;
+        r.cached.resize(common);
+        kv_->truncate(r.seq, static_cast<int32_t>(common));
+        if (!kv_->reserve(r.seq, static_cast<int32_t>(job.context.size()) + k - 1)) continue;  // draft pool full
+        Active a{j, first_out + j, &r, {}, Rng(job.rng), k};
+        a.history.reserve(job.context.size() + static_cast<size_t>(k));
+        a.history.assign(job.context.begin(), job.context.end());
+        active_.push_back(std::move(a));
+    }
+
+    // Position 0 feeds each request's missing context (catch-up, chunked to
+    // the batch budget); positions 1.. feed one drafted token each.
+    while (true) {
+        items_.clear();
+        item_active_.clear();
+        int32_t tokens = 0;
+        for (size_t i = 0; i < active_.size(); ++i) {
+            Active& a = active_[i];
+            if (!a.live) continue;
+            const size_t from = a.request->cached.size();
+            const size_t n = a.history.size() - from;
+            if (n == 0) continue;
+            // Long catch-ups (a new request's prompt) go in pieces across
+            // iterations; the piece holding the last token brings the logits.
+            const int32_t take = std::min(static_cast<int32_t>(n), budget - tokens);
+            if (take <= 0) break;
+            BatchItem item;
+            item.seq = a.request->seq;
+            item.tokens = std::span<const int32_t>(a.history).subspan(from, static_cast<size_t>(take));
+            items_.push_back(item);
+            item_active_.push_back(i);
+            tokens += take;
+        }
+        if (items_.empty()) break;
+        std::span<const float> logits = fwd_->forward(*kv_, items_);
+        for (size_t it = 0; it < items_.size(); ++it) {
+            Active& a = active_[item_active_[it]];
+            a.request->cached.insert(a.request->cached.end(), items_[it].tokens.begin(), items_[it].tokens.end());
+            if (a.request->cached.size() < a.history.size()) continue;  // catch-up not finished
+            const DraftJob& job = jobs[a.job];
+            DraftOutcome& o = out[a.outcome];
+            const float* row = logits.data() + it * V;
+            sampler_.set_params(job.sampling);
+            int32_t token;
+            if (job.sampling.greedy()) {
+                token = sampler_.sample(row, a.history, a.rng);
+                if (job.p_min > 0.0f) {
+                    const float top = *std::max_element(row, row + V);
+                    double sum = 0.0;
+                    for (size_t v = 0; v < V; ++v) sum += std::exp(static_cast<double>(row[v] - top));
+                    if (1.0 / sum < job.p_min) {
+                        a.live = false;
+                        continue;
+                    }
+                }
+            } else {
+                sampler_.distribution(row, a.history, dist_);
+                if (dist_.empty() || dist_.front().p < job.p_min) {
+                    a.live = false;
+                    continue;
+                }
+                token = Sampler::draw(dist_, a.rng);
+                o.draft.probs.emplace_back(dist_.begin(), dist_.end());
+                o.draft.has_probs = true;
+            }
+            o.draft.tokens.push_back(token);
+            a.history.push_back(token);
+            if (static_cast<int32_t>(o.draft.tokens.size()) >= a.k) a.live = false;  // the last draft is not fed
+        }
+    }
+    for (Active& a : active_) out[a.outcome].rng = a.rng.state();
+}
+
+}  // namespace specd

@@ -1,0 +1,81 @@
+// Drafting for many requests at once. With a draft model, each token
+// position of all waiting requests is one batched draft forward (the
+// draft's caches are rolled back to what the target accepted first); without
+// one, the n-gram lookup proposes from each request's context. Plain class:
+// the draft actor is a thin shell over it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/forward.h"
+#include "engine/proposer.h"
+#include "engine/sampler.h"
+
+namespace specd {
+
+struct DraftJob {
+    uint64_t request = 0;
+    uint64_t tag = 0;                  // returned with the outcome
+    std::vector<int32_t> context;      // prompt + accepted tokens; the last one is the pending token
+    int32_t k = 8;                     // most tokens to draft
+    float p_min = 0.0f;                // stop a request's draft when the top probability falls below this
+    SamplingParams sampling;           // the request's (a draft model samples with it; greedy stays greedy)
+    RngState rng;
+};
+
+struct DraftOutcome {
+    uint64_t request = 0;
+    uint64_t tag = 0;
+    Draft draft;                       // may be empty (no match, no room in the draft cache)
+    RngState rng;
+    double step_ms = 0.0;              // wall time of the batch that produced it
+    int32_t batch_requests = 0;
+};
+
+class BatchDrafter {
+public:
+    // With a draft model: `draft_fwd` runs it over `draft_kv` (one sequence
+    // per request). Without (both null): n-gram lookup.
+    BatchDrafter(ForwardPass* draft_fwd, PagedKvCache* draft_kv, int32_t ngram_min = 1, int32_t ngram_max = 4);
+
+    bool uses_model() const { return fwd_ != nullptr; }
+    // Frees the request's draft sequence (no-op when it has none).
+    void close(uint64_t request);
+    int32_t open_requests() const { return static_cast<int32_t>(requests_.size()); }
+
+    // Drafts for every job, batching the model's forwards across them, and
+    // appends one outcome per job (in job order).
+    void draft(std::span<const DraftJob> jobs, std::vector<DraftOutcome>& out);
+
+private:
+    struct Request {
+        int32_t seq = -1;
+        std::vector<int32_t> cached;   // tokens in the draft sequence, in order
+    };
+    struct Active {
+        size_t job;                    // index into the jobs
+        size_t outcome;                // index into out
+        Request* request;
+        std::vector<int32_t> history;  // context + drafted, for the penalty
+        Rng rng;
+        int32_t k;
+        bool live = true;
+    };
+    void model_draft(std::span<const DraftJob> jobs, std::vector<DraftOutcome>& out, size_t first_out);
+
+    ForwardPass* fwd_;
+    PagedKvCache* kv_;
+    NgramProposer ngram_;
+    Sampler sampler_;
+    std::unordered_map<uint64_t, Request> requests_;
+    std::vector<Active> active_;
+    std::vector<BatchItem> items_;
+    std::vector<size_t> item_active_;
+    std::vector<TokenProb> dist_;
+};
+
+}  // namespace specd

@@ -1,0 +1,229 @@
+#include "engine/batch_verifier.h"
+
+#include <algorithm>
+
+#include "engine/generate.h"
+
+namespace specd {
+
+BatchVerifier::BatchVerifier(ForwardPass& target, PagedKvCache& kv, BatchVerifierOptions options)
+    : fwd_(target), kv_(kv), options_(options), rule_(target.n_vocab()), sampler_(SamplingParams{}, target.n_vocab()) {
+    if (options_.max_step_tokens < 1) throw Error("verifier: max_step_tokens must be >= 1");
+    if (options_.prefill_chunk_tokens < 1) throw Error("verifier: prefill_chunk_tokens must be >= 1");
+    options_.max_step_tokens = std::min(options_.max_step_tokens, fwd_.options().max_batch_tokens);
+    items_.reserve(static_cast<size_t>(kv_.shape().max_sequences));
+    q_.reserve(static_cast<size_t>(target.n_vocab()));
+}
+
+void BatchVerifier::open(uint64_t request) {
+    if (requests_.count(request)) throw Error("verifier: request " + std::to_string(request) + " is already open");
+    Request r;
+    r.seq = kv_.create_sequence();
+    r.history.reserve(static_cast<size_t>(kv_.shape().max_seq_len) + 1);
+    requests_.emplace(request, std::move(r));
+}
+
+void BatchVerifier::close(uint64_t request) {
+    auto it = requests_.find(request);
+    if (it == requests_.end()) return;
+    kv_.free_sequence(it->second.seq);
+    requests_.erase(it);
+    queue_.erase(std::remove_if(queue_.begin(), queue_.end(), [&](const Queued& q) { return q.job.request == request; }),
+                 queue_.end());
+}
+
+VerifyOutcome BatchVerifier::fail(const VerifyJob& job, std::string why, bool kv_full) const {
+    VerifyOutcome o;
+    o.request = job.request;
+    o.tag = job.tag;
+    o.ok = false;
+    o.kv_full = kv_full;
+    o.error = std::move(why);
+    o.rng = job.rng;
+    return o;
+}
+
+void BatchVerifier::submit(VerifyJob job) {
+    const int32_t n_vocab = fwd_.n_vocab();
+    const int32_t n_ctx = kv_.shape().max_seq_len;
+    const size_t n = job.tokens.size();
+    if (n == 0) return rejected_.push_back(fail(job, "verifier: a job needs at least one token"));
+    for (int32_t t : job.tokens) {
+        if (t < 0 || t >= n_vocab)
+            return rejected_.push_back(fail(job, "verifier: token id " + std::to_string(t) + " is outside the vocabulary (" +
+                                                     std::to_string(n_vocab) + ")"));
+    }
+    try {
+        job.sampling.validate();
+    } catch (const Error& e) {
+        return rejected_.push_back(fail(job, e.what()));
+    }
+    if (job.prefill) {
+        if (n > static_cast<size_t>(n_ctx - 1))
+            return rejected_.push_back(fail(job, "prompt has " + std::to_string(n) + " tokens; the context holds " +
+                                                     std::to_string(n_ctx) + " (at most " + std::to_string(n_ctx - 1) +
+                                                     " for the prompt)"));
+        if (requests_.count(job.request))
+            return rejected_.push_back(fail(job, "verifier: request " + std::to_string(job.request) + " is already open"));
+        try {
+            open(job.request);
+        } catch (const Error& e) {
+            return rejected_.push_back(fail(job, std::string("KV cache: ") + e.what(), true));
+        }
+        requests_[job.request].busy = true;
+        queue_.push_back(Queued{std::move(job), 0});
+        return;
+    }
+    auto it = requests_.find(job.request);
+    if (it == requests_.end())
+        return rejected_.push_back(fail(job, "verifier: request " + std::to_string(job.request) + " is not open"));
+    Request& r = it->second;
+    if (r.busy) return rejected_.push_back(fail(job, "verifier: request " + std::to_string(job.request) + " already has a job queued"));
+    if (job.n_draft != static_cast<int32_t>(n) - 1)
+        return rejected_.push_back(fail(job, "verifier: n_draft must be tokens - 1 (pending token + drafts)"));
+    if (job.draft_has_probs && job.draft_probs.size() != static_cast<size_t>(job.n_draft))
+        return rejected_.push_back(fail(job, "verifier: draft_probs must have one distribution per drafted token"));
+    if (r.history.empty() || job.tokens[0] != r.history.back())
+        return rejected_.push_back(fail(job, "verifier: the job's first token is not the request's pending token"));
+    if (n > static_cast<size_t>(options_.max_step_tokens))
+        return rejected_.push_back(fail(job, "verifier: " + std::to_string(n) + " tokens exceed the step budget of " +
+                                                 std::to_string(options_.max_step_tokens)));
+    if (static_cast<int32_t>(r.history.size()) - 1 + static_cast<int32_t>(n) > n_ctx)
+        return rejected_.push_back(fail(job, "verifier: the verification does not fit the context of " + std::to_string(n_ctx)));
+    r.busy = true;
+    queue_.push_back(Queued{std::move(job), 0});
+}
+
+void BatchVerifier::finish_verify(Queued& q, Request& r, const float* rows, VerifyOutcome& o) {
+    const VerifyJob& job = q.job;
+    const size_t V = static_cast<size_t>(fwd_.n_vocab());
+    const int32_t cached_before = static_cast<int32_t>(r.history.size()) - 1;  // the pending token is not cached yet
+    sampler_.set_params(job.sampling);
+    Rng rng(job.rng);
+    int32_t n_accepted = 0;
+    int32_t next = -1;
+    for (int32_t i = 0; i < job.n_draft; ++i) {
+        sampler_.distribution(rows + static_cast<size_t>(i) * V, r.history, q_);
+        const std::span<const TokenProb> p =
+            job.draft_has_probs ? std::span<const TokenProb>(job.draft_probs[static_cast<size_t>(i)]) : std::span<const TokenProb>();
+        const int32_t d = job.tokens[static_cast<size_t>(i) + 1];
+        int32_t recovered = -1;
+        if (!rule_.accept(q_, p, d, rng, &recovered)) {
+            next = recovered;
+            break;
+        }
+        ++n_accepted;
+        r.history.push_back(d);
+    }
+    if (next < 0) next = sampler_.sample(rows + static_cast<size_t>(job.n_draft) * V, r.history, rng);
+    kv_.truncate(r.seq, cached_before + 1 + n_accepted);
+    r.history.push_back(next);
+    o.n_accepted = n_accepted;
+    o.next = next;
+    o.rng = rng.state();
+}
+
+void BatchVerifier::step(std::vector<VerifyOutcome>& out) {
+    for (VerifyOutcome& o : rejected_) out.push_back(std::move(o));
+    rejected_.clear();
+    if (queue_.empty()) return;
+
+    const double t0 = now_ms();
+    items_.clear();
+    item_job_.clear();
+    item_row_.clear();
+    item_len_.clear();
+    int32_t tokens_left = options_.max_step_tokens;
+    int32_t rows_left = fwd_.options().max_logit_rows;
+    int32_t prefill_left = options_.prefill_chunk_tokens;
+    int32_t rows = 0;
+    std::vector<size_t> failed;  // queue indices that failed before the forward
+    // Verifications first (they are short and someone is waiting on each
+    // token), then prompt chunks with what is left of the budget.
+    for (int pass = 0; pass < 2; ++pass) {
+        for (size_t i = 0; i < queue_.size(); ++i) {
+            Queued& q = queue_[i];
+            if (q.job.prefill != (pass == 1)) continue;
+            Request& r = requests_.at(q.job.request);
+            int32_t n;
+            int32_t n_rows;
+            if (!q.job.prefill) {
+                n = static_cast<int32_t>(q.job.tokens.size());
+                n_rows = n;
+            } else {
+                n = std::min({static_cast<int32_t>(q.job.tokens.size()) - q.prefilled, prefill_left, tokens_left});
+                n_rows = 1;
+            }
+            if (n <= 0 || n > tokens_left || n_rows > rows_left) continue;
+            if (!kv_.reserve(r.seq, kv_.length(r.seq) + n)) {
+                failed.push_back(i);
+                continue;
+            }
+            BatchItem item;
+            item.seq = r.seq;
+            item.tokens = q.job.prefill ? std::span<const int32_t>(q.job.tokens).subspan(static_cast<size_t>(q.prefilled), static_cast<size_t>(n))
+                                        : std::span<const int32_t>(q.job.tokens);
+            item.all_logits = !q.job.prefill;
+            items_.push_back(item);
+            item_job_.push_back(i);
+            item_row_.push_back(rows);
+            item_len_.push_back(n);
+            rows += n_rows;
+            tokens_left -= n;
+            rows_left -= n_rows;
+            if (q.job.prefill) prefill_left -= n;
+        }
+    }
+
+    std::vector<char> done(queue_.size(), 0);
+    for (size_t i : failed) {
+        const Queued& q = queue_[i];
+        out.push_back(fail(q.job, "KV cache full: no free block for request " + std::to_string(q.job.request), true));
+        requests_.at(q.job.request).busy = false;
+        done[i] = 1;
+    }
+    if (!items_.empty()) {
+        std::span<const float> logits = fwd_.forward(kv_, items_);
+        const double ms = now_ms() - t0;
+        const size_t V = static_cast<size_t>(fwd_.n_vocab());
+        int32_t step_tokens = 0;
+        for (int32_t n : item_len_) step_tokens += n;
+        for (size_t it = 0; it < items_.size(); ++it) {
+            Queued& q = queue_[item_job_[it]];
+            Request& r = requests_.at(q.job.request);
+            const float* row = logits.data() + static_cast<size_t>(item_row_[it]) * V;
+            VerifyOutcome o;
+            o.request = q.job.request;
+            o.tag = q.job.tag;
+            o.batch_requests = static_cast<int32_t>(items_.size());
+            o.batch_tokens = step_tokens;
+            o.step_ms = ms;
+            if (q.job.prefill) {
+                q.prefilled += item_len_[it];
+                if (q.prefilled < static_cast<int32_t>(q.job.tokens.size())) continue;
+                r.history.assign(q.job.tokens.begin(), q.job.tokens.end());
+                sampler_.set_params(q.job.sampling);
+                Rng rng(q.job.rng);
+                const int32_t next = sampler_.sample(row, r.history, rng);
+                r.history.push_back(next);
+                o.next = next;
+                o.rng = rng.state();
+            } else {
+                finish_verify(q, r, row, o);
+            }
+            r.busy = false;
+            done[item_job_[it]] = 1;
+            out.push_back(std::move(o));
+        }
+    }
+    size_t w = 0;
+    for (size_t i = 0; i < queue_.size(); ++i) {
+        if (!done[i]) {
+            if (w != i) queue_[w] = std::move(queue_[i]);
+            ++w;
+        }
+    }
+    queue_.resize(w);
+}
+
+}  // namespace specd

@@ -1,0 +1,112 @@
+// Continuous batching on the target model: every pending prefill and
+// speculative verification of many requests runs in one forward pass per
+// step; requests join and leave between steps, and long prompts are
+// prefilled in chunks so they don't stall the others' decoding. The
+// acceptance rule runs here (it needs the target's distributions), with the
+// request's own sampling parameters and random state, which travel with
+// each job. Plain class: the verifier actor is a thin shell over it.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/forward.h"
+#include "engine/proposer.h"
+#include "engine/sampler.h"
+#include "engine/speculative.h"
+
+namespace specd {
+
+struct BatchVerifierOptions {
+    int32_t max_step_tokens = 512;     // most tokens in one forward (all jobs together)
+    int32_t prefill_chunk_tokens = 128;  // most prompt tokens per step, so decoding requests keep moving
+};
+
+// One unit of work for a request (identified by `request`, a caller-chosen key).
+struct VerifyJob {
+    uint64_t request = 0;
+    uint64_t tag = 0;                 // returned with the outcome (the caller's reply handle)
+    bool prefill = false;             // tokens = the whole prompt (first job of a request)
+    std::vector<int32_t> tokens;      // prefill: the prompt; verify: [pending, d1..dk]
+    int32_t n_draft = 0;              // verify: drafted tokens at the end of `tokens`
+    bool draft_has_probs = false;     // the draft's distributions are in draft_probs
+    std::vector<std::vector<TokenProb>> draft_probs;  // (n_draft) sparse draft distributions
+    SamplingParams sampling;
+    RngState rng;
+};
+
+struct VerifyOutcome {
+    uint64_t request = 0;
+    uint64_t tag = 0;
+    bool ok = true;
+    std::string error;            // when !ok: why (one line)
+    bool kv_full = false;         // when !ok: the KV pool had no room
+    int32_t n_accepted = 0;       // drafted tokens accepted
+    int32_t next = -1;            // the target's token after them (recovered or bonus); the new pending token
+    RngState rng;                 // the request's random state after this job
+    int32_t batch_requests = 0;   // requests in the step that ran this job (the load signal)
+    int32_t batch_tokens = 0;     // tokens in that step
+    double step_ms = 0.0;         // wall time of that step
+};
+
+class BatchVerifier {
+public:
+    // `kv` holds the target's sequences (one per open request).
+    BatchVerifier(ForwardPass& target, PagedKvCache& kv, BatchVerifierOptions options = {});
+
+    // A request starts / ends: creates / frees its KV sequence. close() of an
+    // unknown request is a no-op (it may never have reached the verifier);
+    // its queued jobs are dropped.
+    void open(uint64_t request);
+    void close(uint64_t request);
+    bool is_open(uint64_t request) const { return requests_.count(request) != 0; }
+    int32_t open_requests() const { return static_cast<int32_t>(requests_.size()); }
+
+    // Queues a job (the request is opened on its prefill job). Invalid jobs
+    // (unknown request, a second job while one is queued, tokens out of
+    // range, a prompt that does not fit) come back as failed outcomes from
+    // the next step().
+    void submit(VerifyJob job);
+    bool has_work() const { return !queue_.empty() || !rejected_.empty(); }
+
+    // Runs one batched forward over the queued jobs that fit (verifications
+    // first, then prefill chunks) and appends the outcomes of jobs that
+    // finished (a prefill finishes with its last chunk).
+    void step(std::vector<VerifyOutcome>& out);
+
+    const PagedKvCache& kv() const { return kv_; }
+    const LlamaModel& model() const { return fwd_.model(); }
+
+private:
+    struct Request {
+        int32_t seq = -1;
+        std::vector<int32_t> history;  // tokens in the KV sequence, then the pending one
+        bool busy = false;             // a job is queued
+    };
+    struct Queued {
+        VerifyJob job;
+        int32_t prefilled = 0;         // prompt tokens already in the cache
+    };
+    VerifyOutcome fail(const VerifyJob& job, std::string why, bool kv_full = false) const;
+    void finish_verify(Queued& q, Request& r, const float* rows, VerifyOutcome& o);
+
+    ForwardPass& fwd_;
+    PagedKvCache& kv_;
+    BatchVerifierOptions options_;
+    AcceptanceRule rule_;
+    Sampler sampler_;                  // parameters switched per job
+    std::unordered_map<uint64_t, Request> requests_;
+    std::vector<Queued> queue_;        // in arrival order
+    std::vector<VerifyOutcome> rejected_;
+    // Per step.
+    std::vector<BatchItem> items_;
+    std::vector<size_t> item_job_;     // (items) index into queue_
+    std::vector<int32_t> item_row_;    // (items) first logit row
+    std::vector<int32_t> item_len_;    // (items) tokens
+    std::vector<TokenProb> q_;         // target distribution scratch
+};
+
+}  // namespace specd

@@ -1,0 +1,181 @@
+#include "engine/session_core.h"
+
+#include <algorithm>
+
+namespace specd {
+
+int32_t LoadPolicy::k_cap(int32_t batch_requests, int32_t draft_max) const {
+    if (off_at <= 0 || batch_requests <= shrink_from) return draft_max;
+    if (batch_requests >= off_at) return 0;
+    const double share = static_cast<double>(off_at - batch_requests) / static_cast<double>(off_at - shrink_from);
+    return std::max<int32_t>(1, static_cast<int32_t>(share * draft_max));
+}
+
+namespace {
+SpeculativeParams effective_spec(SpeculativeParams spec, bool speculative) {
+    spec.validate();
+    if (!speculative) spec.draft_max = 0;
+    spec.draft_min = std::min(spec.draft_min, spec.draft_max);
+    return spec;
+}
+}  // namespace
+
+SessionCore::SessionCore(const Tokenizer& tokenizer, std::vector<int32_t> prompt, const GenerationParams& params,
+                         const SpeculativeParams& spec, bool speculative, int32_t n_ctx, LoadPolicy load)
+    : tokenizer_(tokenizer),
+      prompt_(std::move(prompt)),
+      n_prompt_(static_cast<int32_t>(prompt_.size())),
+      params_(params),
+      spec_(effective_spec(spec, speculative)),
+      n_ctx_(n_ctx),
+      load_(load),
+      controller_(spec_),
+      rng_(Rng(params.sampling.seed).state()),
+      decoder_(tokenizer, DecodeAt::Continuation) {
+    params_.sampling.validate();
+    if (params_.max_tokens < 1) throw Error("max_tokens must be >= 1, got " + std::to_string(params_.max_tokens));
+    check_prompt_fits(prompt_.size(), n_ctx_);
+    history_.reserve(static_cast<size_t>(n_ctx_) + 1);
+    history_.assign(prompt_.begin(), prompt_.end());
+    output_.reserve(static_cast<size_t>(std::min(params_.max_tokens, n_ctx_)));
+    stats_.drafted_per_position.assign(static_cast<size_t>(spec_.draft_max), 0);
+    stats_.accepted_per_position.assign(static_cast<size_t>(spec_.draft_max), 0);
+}
+
+int32_t SessionCore::max_positions() const {
+    return std::min(n_ctx_, n_prompt_ + params_.max_tokens + spec_.draft_max);
+}
+
+VerifyJob SessionCore::prefill_job(uint64_t request, uint64_t tag) const {
+    VerifyJob job;
+    job.request = request;
+    job.tag = tag;
+    job.prefill = true;
+    job.tokens = prompt_;
+    job.sampling = params_.sampling;
+    job.rng = rng_;
+    return job;
+}
+
+void SessionCore::stop(StopReason reason) {
+    if (finished_) return;
+    finished_ = true;
+    stop_ = reason;
+}
+
+void SessionCore::emit(int32_t token, bool drafted) {
+    if (finished_) return;
+    if (params_.stop_at_eos && tokenizer_.is_end_of_generation(token)) return stop(StopReason::Eos);
+    output_.push_back(token);
+    pending_emit_.tokens.push_back(token);
+    pending_emit_.from_draft.push_back(drafted ? 1 : 0);
+    decoder_.push(token, pending_emit_.text);
+    if (static_cast<int32_t>(output_.size()) >= params_.max_tokens) stop(StopReason::Length);
+}
+
+void SessionCore::on_prefill(const VerifyOutcome& o) {
+    if (!o.ok) throw Error(o.error);
+    rng_ = o.rng;
+    last_batch_ = std::max(1, o.batch_requests);
+    history_.push_back(o.next);
+    emit(o.next, false);
+    if (!finished_ && static_cast<int32_t>(history_.size()) > n_ctx_) stop(StopReason::ContextFull);
+}
+
+int32_t SessionCore::next_k() {
+    draft_.clear();
+    draft_ms_ = 0.0;
+    if (spec_.draft_max == 0) return 0;
+    const int32_t cached = static_cast<int32_t>(history_.size()) - 1;
+    const int32_t remaining = params_.max_tokens - static_cast<int32_t>(output_.size());
+    const int32_t limit = std::max(0, std::min({spec_.draft_max, n_ctx_ - cached - 1, remaining - 1}));
+    int32_t k = std::min(controller_.next_k(), limit);
+    const int32_t cap = load_.k_cap(last_batch_, spec_.draft_max);
+    if (cap < k) {
+        k = cap;
+        ++stats_.n_load_capped;
+    }
+    return k;
+}
+
+DraftJob SessionCore::draft_job(uint64_t request, uint64_t tag, int32_t k) const {
+    DraftJob job;
+    job.request = request;
+    job.tag = tag;
+    job.context = history_;
+    job.k = k;
+    job.p_min = spec_.draft_p_min;
+    job.sampling = params_.sampling;
+    job.rng = rng_;
+    return job;
+}
+
+void SessionCore::on_draft(const DraftOutcome& o) {
+    rng_ = o.rng;
+    draft_ = o.draft;
+    draft_ms_ = o.step_ms;
+    if (static_cast<int32_t>(draft_.tokens.size()) < std::max(1, spec_.draft_min)) draft_.clear();
+}
+
+void SessionCore::disable_speculation() {
+    spec_.draft_max = 0;
+    draft_.clear();
+}
+
+VerifyJob SessionCore::verify_job(uint64_t request, uint64_t tag) const {
+    VerifyJob job;
+    job.request = request;
+    job.tag = tag;
+    job.tokens.reserve(draft_.tokens.size() + 1);
+    job.tokens.push_back(history_.back());
+    job.tokens.insert(job.tokens.end(), draft_.tokens.begin(), draft_.tokens.end());
+    job.n_draft = static_cast<int32_t>(draft_.tokens.size());
+    job.draft_has_probs = draft_.has_probs;
+    if (draft_.has_probs) job.draft_probs = draft_.probs;
+    job.sampling = params_.sampling;
+    job.rng = rng_;
+    return job;
+}
+
+void SessionCore::on_verify(const VerifyOutcome& o) {
+    if (!o.ok) throw Error(o.error);
+    rng_ = o.rng;
+    last_batch_ = std::max(1, o.batch_requests);
+    const int32_t n_draft = static_cast<int32_t>(draft_.tokens.size());
+    const int32_t n_accepted = o.n_accepted;
+    ++stats_.n_steps;
+    stats_.k_sum += n_draft;
+    stats_.draft_ms += draft_ms_;
+    stats_.verify_ms += o.step_ms;
+    if (n_draft > 0) {
+        ++stats_.n_drafts;
+        stats_.n_drafted += n_draft;
+        stats_.n_accepted += n_accepted;
+        const int32_t reached = std::min(n_draft, n_accepted + 1);
+        for (int32_t i = 0; i < reached; ++i) ++stats_.drafted_per_position[static_cast<size_t>(i)];
+        for (int32_t i = 0; i < n_accepted; ++i) ++stats_.accepted_per_position[static_cast<size_t>(i)];
+    }
+    if (spec_.draft_max > 0) controller_.record(n_draft, n_accepted, draft_ms_, o.step_ms);
+    for (int32_t i = 0; i < n_accepted; ++i) {
+        const int32_t d = draft_.tokens[static_cast<size_t>(i)];
+        history_.push_back(d);
+        emit(d, true);
+    }
+    history_.push_back(o.next);
+    emit(o.next, false);
+    draft_.clear();
+    // The pending token needs a cache slot on the next step.
+    if (!finished_ && static_cast<int32_t>(history_.size()) > n_ctx_) stop(StopReason::ContextFull);
+}
+
+void SessionCore::take_emitted(Emitted& out) {
+    out.tokens.swap(pending_emit_.tokens);
+    out.from_draft.swap(pending_emit_.from_draft);
+    out.text.swap(pending_emit_.text);
+    pending_emit_.tokens.clear();
+    pending_emit_.from_draft.clear();
+    pending_emit_.text.clear();
+    if (finished_) decoder_.flush(out.text);
+}
+
+}  // namespace specd

@@ -1,0 +1,105 @@
+// One request's decoding state as a plain state machine, so the session
+// actor is a thin shell and a test can drive many of them against a
+// BatchVerifier and a BatchDrafter by hand:
+//
+//   prefill job → on_prefill → { next_k → [draft job → on_draft] →
+//   verify job → on_verify }* → finished
+//
+// It owns the sampling state and the random stream (which travel in the
+// jobs), the stop rules (EOS, max_tokens, full context, cancel, deadline),
+// the draft-length controller and the statistics.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/batch_drafter.h"
+#include "engine/batch_verifier.h"
+#include "engine/generate.h"
+#include "engine/speculative.h"
+#include "engine/tokenizer.h"
+
+namespace specd {
+
+// Under heavy load a verify step is compute-bound and drafted tokens stop
+// being free: k shrinks linearly from full at `shrink_from` requests per
+// verify step to 0 at `off_at` (vLLM and SGLang users report speculation
+// losing throughput at large batch sizes). The counts are in SpecStats.
+struct LoadPolicy {
+    int32_t shrink_from = 8;   // requests per step up to which k is not capped
+    int32_t off_at = 24;       // requests per step from which speculation is off; <= 0 disables the policy
+    int32_t k_cap(int32_t batch_requests, int32_t draft_max) const;
+};
+
+class SessionCore {
+public:
+    // `spec.draft_max` 0 (or speculative false) decodes plainly through the
+    // same path. Throws specd::Error for invalid parameters or a prompt that
+    // does not fit `n_ctx`.
+    SessionCore(const Tokenizer& tokenizer, std::vector<int32_t> prompt, const GenerationParams& params,
+                const SpeculativeParams& spec, bool speculative, int32_t n_ctx, LoadPolicy load = {});
+
+    // The first job: the prompt.
+    VerifyJob prefill_job(uint64_t request, uint64_t tag) const;
+    void on_prefill(const VerifyOutcome& outcome);
+
+    // How many tokens to draft next (0: verify the pending token alone).
+    // Applies the controller, the room left and the load policy.
+    int32_t next_k();
+    DraftJob draft_job(uint64_t request, uint64_t tag, int32_t k) const;
+    void on_draft(const DraftOutcome& outcome);
+    // The draft phase failed (draft actor down): go on without speculation.
+    void disable_speculation();
+    VerifyJob verify_job(uint64_t request, uint64_t tag) const;
+    void on_verify(const VerifyOutcome& outcome);
+
+    void cancel() { stop(StopReason::Cancelled); }
+    bool finished() const { return finished_; }
+    StopReason stop_reason() const { return stop_; }
+
+    // Tokens emitted since the last take (text decoded as a continuation
+    // of the prompt; a split UTF-8 character waits for its last byte; the
+    // final take after finishing flushes).
+    struct Emitted {
+        std::vector<int32_t> tokens;
+        std::vector<uint8_t> from_draft;  // (tokens) 1 where the token was an accepted draft token
+        std::string text;
+    };
+    void take_emitted(Emitted& out);
+
+    const std::vector<int32_t>& prompt() const { return prompt_; }
+    const std::vector<int32_t>& output() const { return output_; }
+    const SpecStats& stats() const { return stats_; }
+    const GenerationParams& params() const { return params_; }
+    bool speculative() const { return spec_.draft_max > 0; }
+    int32_t n_prompt() const { return n_prompt_; }
+    // Positions this request can occupy at most (prompt + output + a draft), for KV admission.
+    int32_t max_positions() const;
+
+private:
+    void emit(int32_t token, bool drafted);
+    void stop(StopReason reason);
+    const Tokenizer& tokenizer_;
+    std::vector<int32_t> prompt_;
+    int32_t n_prompt_;
+    GenerationParams params_;
+    SpeculativeParams spec_;
+    int32_t n_ctx_;
+    LoadPolicy load_;
+    DraftLengthController controller_;
+    RngState rng_;
+    std::vector<int32_t> history_;   // prompt + output; the last is the pending token
+    std::vector<int32_t> output_;
+    Draft draft_;                    // the current step's draft
+    double draft_ms_ = 0.0;
+    int32_t last_batch_ = 1;         // requests in the last verify step
+    SpecStats stats_;
+    bool finished_ = false;
+    StopReason stop_ = StopReason::Length;
+    Tokenizer::StreamDecoder decoder_;
+    Emitted pending_emit_;
+};
+
+}  // namespace specd

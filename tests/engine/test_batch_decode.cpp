@@ -1,0 +1,315 @@
+// Continuous batching without actors: many SessionCores driven by hand
+// against one BatchVerifier (target) and one BatchDrafter (draft model or
+// n-gram), joining at different steps, must each produce exactly what a
+// single plain decode of their prompt produces (greedy), and the same
+// tokens as the single-sequence SpeculativeDecoder (sampling, fixed k).
+// Also the KV ledger's admission rules and the verifier's refusals.
+#include <catch2/catch.hpp>
+
+#include <map>
+#include <memory>
+
+#include "engine/batch_drafter.h"
+#include "engine/batch_verifier.h"
+#include "engine/kv_ledger.h"
+#include "engine/session_core.h"
+#include "engine/speculative.h"
+#include "support/models.h"
+
+using namespace specd;
+using test::load;
+
+namespace {
+
+struct Driven {
+    std::unique_ptr<SessionCore> core;
+    int start_round = 0;
+    bool prefilled = false;
+};
+
+// One "runtime step" per round: every decoding session drafts (one batched
+// drafter call), then every session's verify or prefill job goes to the
+// verifier, which steps until each has its outcome.
+void drive(std::vector<Driven>& sessions, BatchVerifier& verifier, BatchDrafter* drafter) {
+    for (int round = 0;; ++round) {
+        bool any = false;
+        std::vector<DraftJob> djobs;
+        std::vector<int32_t> ks(sessions.size(), 0);
+        for (size_t i = 0; i < sessions.size(); ++i) {
+            Driven& s = sessions[i];
+            if (s.core->finished() || round < s.start_round) continue;
+            any = true;
+            if (!s.prefilled) continue;
+            ks[i] = s.core->next_k();
+            if (ks[i] > 0 && drafter) djobs.push_back(s.core->draft_job(i, i, ks[i]));
+        }
+        if (!any) {
+            bool waiting = false;
+            for (auto& s : sessions) waiting |= !s.core->finished();
+            if (!waiting) return;
+            continue;
+        }
+        std::vector<DraftOutcome> douts;
+        if (drafter && !djobs.empty()) drafter->draft(djobs, douts);
+        for (const DraftOutcome& o : douts) sessions[o.tag].core->on_draft(o);
+        size_t expected = 0;
+        for (size_t i = 0; i < sessions.size(); ++i) {
+            Driven& s = sessions[i];
+            if (s.core->finished() || round < s.start_round) continue;
+            verifier.submit(s.prefilled ? s.core->verify_job(i, i) : s.core->prefill_job(i, i));
+            ++expected;
+        }
+        size_t got = 0;
+        std::vector<VerifyOutcome> outs;
+        while (got < expected) {
+            outs.clear();
+            verifier.step(outs);
+            for (const VerifyOutcome& o : outs) {
+                INFO(o.error);
+                REQUIRE(o.ok);
+                Driven& s = sessions[o.tag];
+                if (!s.prefilled) {
+                    s.core->on_prefill(o);
+                    s.prefilled = true;
+                } else {
+                    s.core->on_verify(o);
+                }
+                if (s.core->finished()) {
+                    verifier.close(o.request);
+                    if (drafter) drafter->close(o.request);
+                }
+                ++got;
+            }
+        }
+    }
+}
+
+const std::vector<std::string> kPrompts = {
+    "Once upon a time", "Lily and Ben went to the park.", "The cat sat on the mat. The cat sat on the",
+    "One day, a little girl named Sue found a shiny rock.", "Tom had a red ball. Tom had a red",
+    "The sun was hot", "Max the dog liked to run", "Anna saw a big bird in the tree. She"};
+
+}  // namespace
+
+TEST_CASE("batched sessions joining at different steps each equal their single plain greedy decode", "[batch][greedy]") {
+    auto target = load("stories15M-f32.gguf");
+    auto draft = load("stories15M-q8_0.gguf");
+    ThreadPool pool(2);
+    ForwardPass fwd(*target, pool);
+    const int32_t n_ctx = target->hparams().n_ctx_train;
+    PagedKvCache kv(fwd.kv_shape(n_ctx, 24));
+    ForwardPass dfwd(*draft, pool);
+    PagedKvCache dkv(dfwd.kv_shape(n_ctx, 24));
+
+    // Reference: one plain decode per prompt and length.
+    PagedKvCache single_kv(fwd.kv_shape(n_ctx, 1));
+    PlainDecoder plain(fwd, single_kv);
+    const Tokenizer& tok = target->tokenizer();
+
+    for (int mode = 0; mode < 3; ++mode) {  // 0: draft model, 1: n-gram, 2: plain through the same path
+        BatchVerifierOptions vo;
+        vo.prefill_chunk_tokens = 8;  // small, so prompts are prefilled over several steps beside others' decoding
+        BatchVerifier verifier(fwd, kv, vo);
+        std::unique_ptr<BatchDrafter> drafter =
+            mode == 0 ? std::make_unique<BatchDrafter>(&dfwd, &dkv) : std::make_unique<BatchDrafter>(nullptr, nullptr);
+        std::vector<Driven> sessions;
+        std::vector<GenerationResult> refs;
+        for (size_t i = 0; i < 16; ++i) {
+            GenerationParams gp;
+            gp.max_tokens = 20 + static_cast<int32_t>(i * 7 % 40);
+            gp.sampling.temperature = 0.0f;
+            const auto ids = tok.encode(kPrompts[i % kPrompts.size()], true);
+            refs.push_back(plain.generate(ids, gp));
+            SpeculativeParams sp;
+            sp.draft_max = 1 + static_cast<int32_t>(i % 8);
+            sp.adaptive = (i % 3 == 0);
+            Driven d;
+            d.core = std::make_unique<SessionCore>(tok, ids, gp, sp, mode != 2, n_ctx);
+            d.start_round = static_cast<int>(i % 5) * 3;
+            sessions.push_back(std::move(d));
+        }
+        drive(sessions, verifier, drafter.get());
+        for (size_t i = 0; i < sessions.size(); ++i) {
+            INFO("mode " << mode << " session " << i << ": " << kPrompts[i % kPrompts.size()]);
+            CHECK(sessions[i].core->output() == refs[i].tokens);
+            CHECK(sessions[i].core->stop_reason() == refs[i].stop);
+            if (mode == 2) CHECK(sessions[i].core->stats().n_drafted == 0);
+        }
+        CHECK(kv.used_blocks() == 0);
+        CHECK(kv.active_sequences() == 0);
+        CHECK(dkv.used_blocks() == 0);
+        if (mode == 0) {
+            SpecStats total;
+            for (auto& s : sessions) total.add(s.core->stats());
+            CHECK(total.acceptance_rate() > 0.8);  // the q8_0 self-draft agrees with the target almost always
+        }
+    }
+}
+
+TEST_CASE("batched sampled decoding draws the same tokens as the single-sequence speculative decoder", "[batch][sampled]") {
+    auto target = load("stories15M-f32.gguf");
+    auto draft = load("stories15M-q8_0.gguf");
+    ThreadPool pool(2);
+    ForwardPass fwd(*target, pool);
+    ForwardPass dfwd(*draft, pool);
+    const int32_t n_ctx = 256;
+    PagedKvCache kv(fwd.kv_shape(n_ctx, 8));
+    PagedKvCache dkv(dfwd.kv_shape(n_ctx, 8));
+    PagedKvCache single_kv(fwd.kv_shape(n_ctx, 1));
+    DraftModelProposer proposer(*target, *draft, pool, n_ctx);
+    const Tokenizer& tok = target->tokenizer();
+
+    BatchVerifier verifier(fwd, kv);
+    BatchDrafter drafter(&dfwd, &dkv);
+    std::vector<Driven> sessions;
+    std::vector<std::vector<int32_t>> refs;
+    for (size_t i = 0; i < 6; ++i) {
+        GenerationParams gp;
+        gp.max_tokens = 48;
+        gp.sampling.temperature = 0.9f;
+        gp.sampling.seed = 1000 + i;
+        gp.sampling.repeat_penalty = i % 2 ? 1.1f : 1.0f;
+        SpeculativeParams sp;
+        sp.draft_max = 4;
+        sp.adaptive = false;  // k must not depend on timing for the streams to line up
+        const auto ids = tok.encode(kPrompts[i], true);
+        SpeculativeDecoder single(fwd, single_kv, &proposer);
+        refs.push_back(single.generate(ids, gp, sp).tokens);
+        Driven d;
+        d.core = std::make_unique<SessionCore>(tok, ids, gp, sp, true, n_ctx);
+        d.start_round = static_cast<int>(i);
+        sessions.push_back(std::move(d));
+    }
+    drive(sessions, verifier, &drafter);
+    for (size_t i = 0; i < sessions.size(); ++i) {
+        INFO("session " << i);
+        CHECK(sessions[i].core->output() == refs[i]);
+    }
+}
+
+TEST_CASE("session core: emitted text streams as a continuation and bad requests are refused", "[batch]") {
+    auto target = load("stories15M-q8_0.gguf");
+    const Tokenizer& tok = target->tokenizer();
+    GenerationParams gp;
+    SpeculativeParams sp;
+    CHECK_THROWS_WITH(SessionCore(tok, {}, gp, sp, true, 256), Catch::Contains("prompt"));
+    gp.max_tokens = 0;
+    CHECK_THROWS_WITH(SessionCore(tok, {1, 2}, gp, sp, true, 256), Catch::Contains("max_tokens"));
+    gp.max_tokens = 8;
+    gp.sampling.top_p = 2.0f;
+    CHECK_THROWS_WITH(SessionCore(tok, {1, 2}, gp, sp, true, 256), Catch::Contains("top_p"));
+    gp.sampling.top_p = 0.9f;
+    sp.draft_max = -1;
+    CHECK_THROWS_WITH(SessionCore(tok, {1, 2}, gp, sp, true, 256), Catch::Contains("draft-max"));
+    sp.draft_max = 4;
+    std::vector<int32_t> long_prompt(300, 100);
+    CHECK_THROWS_WITH(SessionCore(tok, long_prompt, gp, sp, true, 256), Catch::Contains("256"));
+
+    // Streamed text equals decoding the whole output at once.
+    ThreadPool pool(1);
+    ForwardPass fwd(*target, pool);
+    PagedKvCache kv(fwd.kv_shape(256, 2));
+    BatchVerifier verifier(fwd, kv);
+    BatchDrafter drafter(nullptr, nullptr);
+    std::vector<Driven> sessions(1);
+    gp.max_tokens = 30;
+    gp.sampling.temperature = 0.0f;
+    sessions[0].core = std::make_unique<SessionCore>(tok, tok.encode("Once upon a time", true), gp, sp, true, 256);
+    drive(sessions, verifier, &drafter);
+    SessionCore::Emitted e;
+    sessions[0].core->take_emitted(e);
+    CHECK(e.tokens == sessions[0].core->output());
+    CHECK(e.text == tok.decode(e.tokens, DecodeAt::Continuation));
+    CHECK(e.text.rfind(", there was", 0) == 0);
+}
+
+TEST_CASE("verifier refuses bad jobs with a message and keeps serving the others", "[batch]") {
+    auto target = load("stories15M-q8_0.gguf");
+    ThreadPool pool(1);
+    ForwardPass fwd(*target, pool);
+    PagedKvCache kv(fwd.kv_shape(64, 2));
+    BatchVerifier verifier(fwd, kv);
+    std::vector<VerifyOutcome> out;
+    VerifyJob bad;
+    bad.request = 7;
+    bad.tokens = {1, 2};
+    bad.n_draft = 1;
+    verifier.submit(bad);  // not open
+    VerifyJob huge;
+    huge.request = 8;
+    huge.prefill = true;
+    huge.tokens = {1, 99999};
+    verifier.submit(huge);  // token out of range
+    VerifyJob too_long;
+    too_long.request = 9;
+    too_long.prefill = true;
+    too_long.tokens.assign(64, 5);
+    verifier.submit(too_long);
+    VerifyJob good;
+    good.request = 10;
+    good.prefill = true;
+    good.tokens = {1, 100, 200};
+    good.sampling.temperature = 0.0f;
+    verifier.submit(good);
+    VerifyJob third;  // a third sequence: the cache has two slots
+    for (uint64_t r : {11, 12}) {
+        third.request = r;
+        third.prefill = true;
+        third.tokens = {1, 5};
+        verifier.submit(third);
+    }
+    while (verifier.has_work()) verifier.step(out);
+    std::map<uint64_t, VerifyOutcome> by_request;
+    for (auto& o : out) by_request[o.request] = o;
+    CHECK_THAT(by_request[7].error, Catch::Contains("not open"));
+    CHECK_THAT(by_request[8].error, Catch::Contains("outside the vocabulary"));
+    CHECK_THAT(by_request[9].error, Catch::Contains("context holds 64"));
+    CHECK(by_request[10].ok);
+    CHECK(by_request[11].ok);
+    CHECK_FALSE(by_request[12].ok);
+    CHECK(by_request[12].kv_full);
+    verifier.close(10);
+    verifier.close(11);
+    CHECK(kv.used_blocks() == 0);
+}
+
+TEST_CASE("KV ledger: grants what fits, queues in order, refuses what never fits or overflows the queue", "[batch][ledger]") {
+    KvPoolSpec target{10, 16, 4};
+    KvPoolSpec draft{4, 16, 4};
+    KvLedger ledger(target, draft, 2);
+    std::string why;
+    CHECK(ledger.acquire(1, {64, 64}, &why) == Admission::Granted);  // 4 + 4 blocks
+    CHECK(ledger.target_free_blocks() == 6);
+    CHECK(ledger.draft_free_blocks() == 0);
+    CHECK(ledger.acquire(2, {32, 32}, &why) == Admission::Queued);   // the draft pool is empty
+    CHECK(ledger.acquire(3, {16, 0}, &why) == Admission::Queued);    // would fit, but FIFO
+    CHECK(ledger.acquire(4, {16, 0}, &why) == Admission::Refused);   // queue full
+    CHECK_THAT(why, Catch::Contains("KV cache full"));
+    CHECK(ledger.acquire(5, {1000, 0}, &why) == Admission::Refused);
+    CHECK_THAT(why, Catch::Contains("too small"));
+    std::vector<uint64_t> granted;
+    ledger.release(1, granted);
+    CHECK(granted == std::vector<uint64_t>{2, 3});
+    granted.clear();
+    ledger.release(2, granted);
+    ledger.release(3, granted);
+    CHECK(ledger.target_free_blocks() == 10);
+    CHECK(ledger.draft_free_blocks() == 4);
+    CHECK(ledger.granted() == 0);
+    // A draft that could never fit is not reserved; the request runs without it.
+    CHECK(ledger.acquire(6, {16, 1000}, &why) == Admission::Granted);
+    CHECK(ledger.draft_free_blocks() == 4);
+}
+
+TEST_CASE("load policy: k shrinks with the batch and speculation turns off at the threshold", "[batch]") {
+    LoadPolicy p;
+    p.shrink_from = 8;
+    p.off_at = 24;
+    CHECK(p.k_cap(1, 8) == 8);
+    CHECK(p.k_cap(8, 8) == 8);
+    CHECK(p.k_cap(16, 8) == 4);
+    CHECK(p.k_cap(23, 8) >= 1);
+    CHECK(p.k_cap(24, 8) == 0);
+    p.off_at = 0;
+    CHECK(p.k_cap(100, 8) == 8);
+}
