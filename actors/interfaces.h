@@ -1,0 +1,40 @@
+// The typed interfaces of the runtime's actors, in one place.
+//
+//   session  ── kv_acquire ──▶ kv_manager     (admission; blocks held until release)
+//   session  ── verify_msg ──▶ verifier       (prefill / verify, batched across sessions)
+//   session  ── draft_msg  ──▶ draft          (proposals, batched across sessions)
+//   session  ── token_event / done_event / error_event ──▶ sink (any actor)
+//   kv_manager ── close ──▶ verifier, draft   (free a finished request's sequences)
+#pragma once
+
+#include <caf/all.hpp>
+
+#include "actors/messages.h"
+
+namespace specd {
+
+// Owns the target model and its KV pool; one batched forward per step.
+using verifier_actor = caf::typed_actor<
+    caf::replies_to<verify_msg>::with<verify_result>,
+    caf::replies_to<close_atom, uint64_t>::with<bool>,
+    caf::reacts_to<step_atom>>;
+
+// Owns the proposer (draft model + its KV pool, or n-gram lookup).
+using draft_actor = caf::typed_actor<
+    caf::replies_to<draft_msg>::with<draft_result>,
+    caf::replies_to<close_atom, uint64_t>::with<bool>,
+    caf::reacts_to<step_atom>>;
+
+// Admission control over both pools; releases a request's blocks when it
+// ends or its session dies.
+using kv_manager_actor = caf::typed_actor<
+    caf::replies_to<kv_acquire>::with<kv_grant>,
+    caf::reacts_to<release_atom, uint64_t>,
+    caf::replies_to<stats_atom>::with<runtime_stats>>;
+
+// One per request.
+using session_actor = caf::typed_actor<
+    caf::reacts_to<cancel_atom>,
+    caf::reacts_to<timeout_atom>>;
+
+}  // namespace specd

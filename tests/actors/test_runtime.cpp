@@ -1,0 +1,297 @@
+// The actor runtime end to end in one process: real models, real actors,
+// many concurrent sessions. Greedy outputs must equal single-sequence
+// plain decoding; cancellation, session death and shutdown must return
+// every KV block; exhaustion and bad requests must get their documented
+// errors; a failed draft or verifier must not take the runtime down.
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <map>
+#include <thread>
+
+#include "actors/runtime.h"
+#include "engine/generate.h"
+#include "support/models.h"
+
+using namespace specd;
+
+namespace {
+
+RuntimeConfig test_config(bool with_draft = true) {
+    RuntimeConfig c;
+    c.target_model = test::model_path("stories15M-f32.gguf");
+    if (with_draft) c.draft_model = test::model_path("stories15M-q8_0.gguf");
+    c.threads_target = 2;
+    c.threads_draft = 1;
+    c.max_sequences = 40;
+    c.memory_budget_bytes = int64_t{2} << 30;
+    return c;
+}
+
+// The reference: one plain greedy decode on its own.
+std::vector<int32_t> plain_greedy(const std::string& prompt, int32_t max_tokens) {
+    static auto model = test::load("stories15M-f32.gguf");
+    static ThreadPool pool(2);
+    static ForwardPass fwd(*model, pool);
+    static PagedKvCache kv(fwd.kv_shape(model->hparams().n_ctx_train, 1));
+    PlainDecoder plain(fwd, kv);
+    GenerationParams gp;
+    gp.max_tokens = max_tokens;
+    gp.sampling.temperature = 0.0f;
+    return plain.generate(model->tokenizer().encode(prompt, true), gp).tokens;
+}
+
+generate_request greedy_request(std::string id, std::string prompt, int32_t max_tokens) {
+    generate_request r;
+    r.id = std::move(id);
+    r.prompt = std::move(prompt);
+    r.max_tokens = max_tokens;
+    r.sampling.temperature = 0.0f;
+    return r;
+}
+
+const std::vector<std::string> kPrompts = {
+    "Once upon a time", "Lily and Ben went to the park.", "The cat sat on the mat. The cat sat on the",
+    "One day, a little girl named Sue found a shiny rock.", "Tom had a red ball. Tom had a red",
+    "The sun was hot", "Max the dog liked to run", "Anna saw a big bird in the tree. She"};
+
+void require_pool_empty(Runtime& rt) {
+    // Releases travel through the compute actors first; give them a moment.
+    runtime_stats s;
+    for (int i = 0; i < 200; ++i) {
+        s = rt.stats();
+        if (s.kv_target_free == s.kv_target_blocks && s.kv_draft_free == s.kv_draft_blocks && s.running == 0 && s.waiting == 0 &&
+            rt.active_sessions() == 0)
+            break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    CHECK(s.kv_target_free == s.kv_target_blocks);
+    CHECK(s.kv_draft_free == s.kv_draft_blocks);
+    CHECK(s.running == 0);
+    CHECK(s.waiting == 0);
+    CHECK(rt.active_sessions() == 0);
+}
+
+}  // namespace
+
+TEST_CASE("one request: prefill, propose, verify, emit, done — greedy output equals plain decoding", "[runtime]") {
+    StandaloneRuntime host(test_config());
+    Runtime& rt = host.runtime();
+    const auto expected = plain_greedy("Once upon a time", 64);
+    for (int spec = 0; spec < 2; ++spec) {
+        generate_request req = greedy_request("r1", "Once upon a time", 64);
+        req.speculative = static_cast<int8_t>(spec);
+        GenerateResult r = rt.generate(req);
+        INFO(r.error.message);
+        REQUIRE(r.ok);
+        CHECK(r.tokens == expected);
+        CHECK(r.done.id == "r1");
+        CHECK(r.done.finish_reason == "length");
+        CHECK(r.done.completion_tokens == 64);
+        CHECK(r.done.prompt_tokens == 5);
+        CHECK(r.text == rt.tokenizer().decode(expected, DecodeAt::Continuation));
+        int64_t from_draft = 0;
+        for (uint8_t f : r.from_draft) from_draft += f;
+        CHECK(from_draft == r.done.accepted);
+        if (spec) {
+            CHECK(r.done.speculative);
+            CHECK(r.done.drafted > 0);
+            CHECK(r.done.accepted > r.done.drafted / 2);   // q8_0 self-draft
+            CHECK(r.token_events < 64);                    // accepted drafts arrive several per event
+        } else {
+            CHECK(r.done.drafted == 0);
+            CHECK(r.token_events == 64);
+        }
+    }
+    require_pool_empty(rt);
+}
+
+TEST_CASE("32 concurrent sessions with mixed prompts, lengths and parameters all finish; greedy ones equal single decoding",
+          "[runtime][concurrency]") {
+    StandaloneRuntime host(test_config());
+    Runtime& rt = host.runtime();
+    std::map<std::string, std::vector<int32_t>> expected;
+    caf::scoped_actor self{host.system()};
+    for (int i = 0; i < 32; ++i) {
+        const std::string& prompt = kPrompts[static_cast<size_t>(i) % kPrompts.size()];
+        const int32_t n = 10 + (i * 13) % 70;
+        generate_request req = greedy_request("s" + std::to_string(i), prompt, n);
+        if (i % 4 == 3) {
+            req.sampling.temperature = 0.8f;  // sampled: only has to finish
+            req.sampling.seed = static_cast<uint64_t>(i);
+        } else {
+            expected[req.id] = plain_greedy(prompt, n);
+        }
+        req.speculative = static_cast<int8_t>(i % 3 != 0);
+        req.draft_max = 1 + i % 8;
+        rt.submit(req, caf::actor{self});
+    }
+    std::map<std::string, std::vector<int32_t>> got;
+    std::map<std::string, done_event> done;
+    while (done.size() < 32) {
+        self->receive(
+            [&](token_event& e) { got[e.id].insert(got[e.id].end(), e.tokens.begin(), e.tokens.end()); },
+            [&](done_event& e) { done[e.id] = e; },
+            [&](error_event& e) { FAIL("error " << e.id << ": " << e.code << " " << e.message); },
+            caf::after(std::chrono::seconds(120)) >> [&] { FAIL("timed out waiting for sessions"); });
+    }
+    for (const auto& [id, tokens] : expected) {
+        INFO("session " << id);
+        CHECK(got[id] == tokens);
+    }
+    for (const auto& [id, d] : done) CHECK(static_cast<size_t>(d.completion_tokens) == got[id].size());
+    require_pool_empty(rt);
+}
+
+TEST_CASE("cancel mid-stream and a killed session both free every block", "[runtime][faults]") {
+    StandaloneRuntime host(test_config());
+    Runtime& rt = host.runtime();
+    caf::scoped_actor self{host.system()};
+    generate_request req = greedy_request("c1", "Once upon a time", 200);
+    req.speculative = 0;  // one token per event, so the cancel lands mid-stream
+    session_actor s = rt.submit(req, caf::actor{self});
+    int events = 0;
+    std::string reason;
+    bool finished = false;
+    while (!finished) {
+        self->receive(
+            [&](token_event&) {
+                if (++events == 3) rt.cancel(s);
+            },
+            [&](done_event& e) {
+                reason = e.finish_reason;
+                CHECK(e.completion_tokens < 200);
+                finished = true;
+            },
+            [&](error_event& e) { FAIL(e.message); },
+            caf::after(std::chrono::seconds(60)) >> [&] { FAIL("timed out"); });
+    }
+    CHECK(reason == "cancelled");
+    require_pool_empty(rt);
+
+    // A session that dies without saying goodbye.
+    session_actor s2 = rt.submit(greedy_request("k1", "Once upon a time", 200), caf::actor{self});
+    self->receive([&](token_event&) {}, caf::after(std::chrono::seconds(60)) >> [&] { FAIL("no first token"); });
+    self->send_exit(s2, caf::exit_reason::kill);
+    require_pool_empty(rt);
+}
+
+TEST_CASE("KV exhaustion: requests beyond the pool wait in the queue or are refused, none deadlocks", "[runtime][faults]") {
+    RuntimeConfig c = test_config(false);
+    // Room for exactly two full contexts of target KV: 256 positions x 6 layers x 288 x 2 x 4 B = 3.5 MiB each.
+    c.kv_cache_ratio = 1.0;
+    c.memory_budget_bytes = 2 * 256 * 6 * 288 * 2 * 4;
+    c.max_waiting = 2;
+    StandaloneRuntime host(c);
+    Runtime& rt = host.runtime();
+    const runtime_stats initial = rt.stats();
+    CHECK(initial.kv_target_blocks == 32);
+    caf::scoped_actor self{host.system()};
+    for (int i = 0; i < 6; ++i) {
+        generate_request req = greedy_request("x" + std::to_string(i), "Once upon a time", 240);
+        rt.submit(req, caf::actor{self});
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));  // keep the arrival order
+    }
+    int n_done = 0, n_refused = 0;
+    while (n_done + n_refused < 6) {
+        self->receive(
+            [&](token_event&) {}, [&](done_event&) { ++n_done; },
+            [&](error_event& e) {
+                CHECK(e.code == "overloaded");
+                CHECK_THAT(e.message, Catch::Contains("KV cache full"));
+                ++n_refused;
+            },
+            caf::after(std::chrono::seconds(120)) >> [&] { FAIL("deadlock: requests neither finish nor fail"); });
+    }
+    CHECK(n_done == 4);     // two at once, then the two that waited
+    CHECK(n_refused == 2);  // the queue held two
+    // A request that can never fit is refused at once.
+    generate_request too_big = greedy_request("big", "Once upon a time", 240);
+    too_big.speculative = 0;
+    require_pool_empty(rt);
+}
+
+TEST_CASE("bad requests get typed error events, not exceptions", "[runtime][faults]") {
+    StandaloneRuntime host(test_config());
+    Runtime& rt = host.runtime();
+    auto code_of = [&](generate_request r) {
+        GenerateResult g = rt.generate(r);
+        CHECK_FALSE(g.ok);
+        CHECK_FALSE(g.error.message.empty());
+        return g.error.code;
+    };
+    generate_request r = greedy_request("b", "Once upon a time", 8);
+    r.model = "no-such-model";
+    CHECK(code_of(r) == "unknown_model");
+    r = greedy_request("b", "", 8);
+    CHECK(code_of(r) == "invalid_request");
+    r = greedy_request("b", "Once upon a time", 0);
+    CHECK(code_of(r) == "invalid_request");
+    r = greedy_request("b", "Once upon a time", 8);
+    r.sampling.temperature = -1.0f;
+    CHECK(code_of(r) == "invalid_request");
+    r = greedy_request("b", "Once upon a time", 8);
+    r.sampling.top_p = 1.5f;
+    CHECK(code_of(r) == "invalid_request");
+    r = greedy_request("b", "", 8);
+    r.prompt_tokens.assign(300, 100);
+    CHECK(code_of(r) == "context_exceeded");
+    r = greedy_request("b", "", 8);
+    r.prompt_tokens = {1, 123456};
+    CHECK(code_of(r) == "invalid_request");
+    // The runtime still serves.
+    CHECK(rt.generate(greedy_request("ok", "Once upon a time", 8)).ok);
+    require_pool_empty(rt);
+}
+
+TEST_CASE("a dead draft actor leaves sessions decoding without speculation; a dead verifier is restarted", "[runtime][faults]") {
+    StandaloneRuntime host(test_config());
+    Runtime& rt = host.runtime();
+    caf::scoped_actor self{host.system()};
+    const auto expected = plain_greedy("Once upon a time", 40);
+
+    self->send_exit(rt.drafter(), caf::exit_reason::kill);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    GenerateResult r = rt.generate(greedy_request("d", "Once upon a time", 40));
+    REQUIRE(r.ok);
+    CHECK(r.tokens == expected);
+    CHECK(r.done.drafted == 0);
+
+    // Kill the verifier while a request waits on it: that request fails
+    // with a clear error, and a fresh verifier serves the next one.
+    generate_request slow = greedy_request("v", "Once upon a time", 200);
+    rt.submit(slow, caf::actor{self});
+    self->receive([&](token_event&) {}, caf::after(std::chrono::seconds(60)) >> [&] { FAIL("no first token"); });
+    self->send_exit(rt.verifier(), caf::exit_reason::kill);
+    bool failed = false;
+    while (!failed) {
+        self->receive([&](token_event&) {},
+                      [&](error_event& e) {
+                          CHECK(e.code == "internal");
+                          CHECK_THAT(e.message, Catch::Contains("verifier"));
+                          failed = true;
+                      },
+                      [&](done_event&) { FAIL("the request finished although its verifier was killed"); },
+                      caf::after(std::chrono::seconds(60)) >> [&] { FAIL("no error after the verifier died"); });
+    }
+    for (int i = 0; i < 100 && rt.verifier_restarts() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    CHECK(rt.verifier_restarts() == 1);
+    r = rt.generate(greedy_request("after", "Once upon a time", 40));
+    REQUIRE(r.ok);
+    CHECK(r.tokens == expected);
+}
+
+TEST_CASE("shutdown with requests in flight returns promptly and cleanly", "[runtime]") {
+    auto t0 = std::chrono::steady_clock::now();
+    std::atomic<int> ended{0};
+    {
+        StandaloneRuntime host(test_config());
+        RuntimeCallbacks cb;
+        cb.on_done = [&](const done_event&) { ++ended; };
+        cb.on_error = [&](const error_event&) { ++ended; };
+        for (int i = 0; i < 8; ++i) host.runtime().submit(greedy_request("q" + std::to_string(i), "Once upon a time", 200), cb);
+        std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    }  // ~StandaloneRuntime: cancel, stop the actors, join the system
+    CHECK(ended == 8);
+    CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(30));
+}
