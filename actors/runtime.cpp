@@ -781,6 +781,9 @@ int32_t Runtime::active_sessions() const { return shared_->active; }
 const RuntimeConfig& Runtime::config() const { return shared_->config; }
 std::string Runtime::model_name() const { return shared_->config.effective_model_name(); }
 const Tokenizer& Runtime::tokenizer() const { return shared_->target->tokenizer(); }
+std::string Runtime::chat_template_text() const {
+    return shared_->target->file().get_string_opt("tokenizer.chat_template").value_or("");
+}
 int32_t Runtime::n_ctx() const { return shared_->n_ctx; }
 bool Runtime::has_draft_model() const { return shared_->draft != nullptr; }
 verifier_actor Runtime::verifier() const { return shared_->current_verifier(); }

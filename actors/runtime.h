@@ -76,6 +76,8 @@ public:
     const RuntimeConfig& config() const;
     std::string model_name() const;
     const Tokenizer& tokenizer() const;
+    // The target GGUF's tokenizer.chat_template ("" when it has none).
+    std::string chat_template_text() const;
     int32_t n_ctx() const;
     bool has_draft_model() const;
     // The verifier's current handle (it is restarted after a failure).

@@ -144,6 +144,8 @@ struct BenchOptions {
     int32_t repetitions = 5;
     bool json = false;
     bool bandwidth = false;
+    std::vector<int> concurrency;   // --concurrency: the in-process runtime under load instead
+    std::string draft_model;        // -md with --concurrency
 };
 
 struct Stat {
@@ -286,7 +288,16 @@ void register_generate_commands(CLI::App& app) {
     b->add_option("-r,--repetitions", bench->repetitions, "timed runs per test")->capture_default_str();
     b->add_flag("--json", bench->json, "print JSON instead of the table");
     b->add_flag("--bandwidth", bench->bandwidth, "also measure DRAM read bandwidth and the tg bound it implies");
-    b->callback([bench] { run_bench(*bench); });
+    b->add_option("--concurrency", bench->concurrency, "concurrent sessions through the actor runtime, e.g. 1,4,16,64")->delimiter(',');
+    b->add_option("--model-draft", bench->draft_model, "draft model for --concurrency (default: n-gram)");
+    b->callback([bench] {
+        if (!bench->concurrency.empty()) {
+            const int n = bench->n_gen > 0 ? bench->n_gen : 128;
+            return run_bench_concurrency(bench->models.at(0), bench->draft_model, bench->concurrency, n, bench->repetitions,
+                                         bench->threads.front());
+        }
+        run_bench(*bench);
+    });
 }
 
 }  // namespace specd::cli

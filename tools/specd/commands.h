@@ -3,6 +3,9 @@
 // one line and exits with status 1.
 #pragma once
 
+#include <string>
+#include <vector>
+
 #include <CLI/CLI.hpp>
 
 namespace specd::cli {
@@ -11,5 +14,9 @@ void register_model_commands(CLI::App& app);     // convert, quantize, info (cmd
 void register_tokenize_command(CLI::App& app);   // tokenize (cmd_tokenize.cpp)
 void register_generate_commands(CLI::App& app);  // generate, bench (cmd_generate.cpp)
 void register_bench_spec_command(CLI::App& app); // bench-spec (cmd_bench_spec.cpp)
+void register_serve_command(CLI::App& app);      // serve (cmd_serve.cpp)
+// `specd bench --concurrency`: the in-process runtime under load (cmd_serve.cpp).
+void run_bench_concurrency(const std::string& target, const std::string& draft, const std::vector<int>& levels, int n, int reps,
+                           int threads);
 
 }  // namespace specd::cli

@@ -1,0 +1,201 @@
+#include "net/api.h"
+
+#include <cmath>
+
+namespace specd::net {
+
+using nlohmann::json;
+
+namespace {
+
+[[noreturn]] void bad(const std::string& param, const std::string& message, const char* code = "invalid_request", int status = 400) {
+    throw ApiError{status, code, message, param};
+}
+
+double number(const json& body, const char* key, double lo, double hi) {
+    const json& v = body.at(key);
+    if (!v.is_number()) bad(key, std::string(key) + " must be a number");
+    const double x = v.get<double>();
+    if (!(x >= lo && x <= hi) || !std::isfinite(x))
+        bad(key, std::string(key) + " must be in [" + json(lo).dump() + ", " + json(hi).dump() + "], got " + v.dump());
+    return x;
+}
+
+int64_t integer(const json& v, const char* key, int64_t lo, int64_t hi) {
+    if (!v.is_number_integer()) bad(key, std::string(key) + " must be an integer");
+    const int64_t x = v.is_number_unsigned() ? static_cast<int64_t>(std::min<uint64_t>(v.get<uint64_t>(), INT64_MAX)) : v.get<int64_t>();
+    if (x < lo || x > hi) bad(key, std::string(key) + " must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " + v.dump());
+    return x;
+}
+
+}  // namespace
+
+json parse_json(const std::string& text) {
+    try {
+        return json::parse(text);
+    } catch (const json::parse_error& e) {
+        throw ApiError{400, "invalid_json", std::string("malformed JSON: ") + e.what(), ""};
+    }
+}
+
+ParsedRequest parse_generation(const json& body, ApiKind kind, const RequestLimits& limits, ChatRenderer render_chat,
+                               const void* render_ctx) {
+    if (!body.is_object()) bad("", "the request body must be a JSON object");
+    ParsedRequest out;
+    generate_request& r = out.request;
+    r.max_tokens = limits.default_max_tokens;
+    const bool has_prompt = body.contains("prompt");
+    const bool has_messages = body.contains("messages");
+    if (kind == ApiKind::Completion && !has_prompt) bad("prompt", "prompt is required");
+    if (kind == ApiKind::Chat && !has_messages) bad("messages", "messages is required");
+    if (kind == ApiKind::WebSocket && has_prompt == has_messages) bad("prompt", "give exactly one of prompt and messages");
+    if (kind == ApiKind::Completion && has_messages) bad("messages", "messages belongs to /v1/chat/completions");
+    if (kind == ApiKind::Chat && has_prompt) bad("prompt", "prompt belongs to /v1/completions");
+
+    if (has_prompt) {
+        const json& p = body["prompt"];
+        if (p.is_string()) {
+            r.prompt = p.get<std::string>();
+        } else if (p.is_array() && p.size() == 1 && p[0].is_string()) {
+            r.prompt = p[0].get<std::string>();
+        } else if (p.is_array() && !p.empty() && p[0].is_number_integer()) {
+            for (const json& t : p) r.prompt_tokens.push_back(static_cast<int32_t>(integer(t, "prompt", 0, INT32_MAX)));
+        } else {
+            bad("prompt", "prompt must be a string, a one-string array or an array of token ids");
+        }
+        if (r.prompt.empty() && r.prompt_tokens.empty()) bad("prompt", "the prompt is empty");
+    } else {
+        const json& m = body["messages"];
+        if (!m.is_array() || m.empty()) bad("messages", "messages must be a non-empty array");
+        for (const json& msg : m) {
+            if (!msg.is_object() || !msg.contains("role") || !msg["role"].is_string())
+                bad("messages", "each message needs a string role");
+            const std::string role = msg["role"].get<std::string>();
+            if (role != "system" && role != "user" && role != "assistant")
+                bad("messages", "unknown role \"" + role + "\" (system, user, assistant)");
+            if (!msg.contains("content") || !msg["content"].is_string()) bad("messages", "each message needs a string content");
+            out.messages.emplace_back(role, msg["content"].get<std::string>());
+        }
+        out.chat = true;
+        r.prompt = render_chat(render_ctx, out.messages);
+        if (r.prompt.empty()) bad("messages", "the rendered prompt is empty");
+    }
+
+    if (body.contains("model")) {
+        if (!body["model"].is_string()) bad("model", "model must be a string");
+        r.model = body["model"].get<std::string>();
+    }
+    for (const char* key : {"max_tokens", "max_completion_tokens", "n_predict"}) {
+        if (body.contains(key) && !body[key].is_null()) r.max_tokens = static_cast<int32_t>(integer(body[key], key, 1, limits.max_tokens_limit));
+    }
+    if (body.contains("temperature")) r.sampling.temperature = static_cast<float>(number(body, "temperature", 0.0, 2.0));
+    if (body.contains("top_p")) r.sampling.top_p = static_cast<float>(number(body, "top_p", 0.0, 1.0));
+    if (body.contains("min_p")) r.sampling.min_p = static_cast<float>(number(body, "min_p", 0.0, 1.0));
+    if (body.contains("top_k")) r.sampling.top_k = static_cast<int32_t>(integer(body["top_k"], "top_k", 0, 1 << 20));
+    if (body.contains("repeat_penalty")) r.sampling.repeat_penalty = static_cast<float>(number(body, "repeat_penalty", 0.01, 10.0));
+    if (body.contains("seed") && !body["seed"].is_null()) r.sampling.seed = static_cast<uint64_t>(integer(body["seed"], "seed", 0, INT64_MAX));
+    if (body.contains("n") && !(body["n"].is_number_integer() && body["n"].get<int64_t>() == 1)) bad("n", "only n = 1 is supported");
+    if (body.contains("stop") && !body["stop"].is_null() && !(body["stop"].is_array() && body["stop"].empty()))
+        bad("stop", "stop sequences are not supported yet");
+    if (body.contains("stream")) {
+        if (!body["stream"].is_boolean()) bad("stream", "stream must be true or false");
+        out.stream = body["stream"].get<bool>();
+    }
+    if (body.contains("speculative")) {
+        const json& s = body["speculative"];
+        if (!s.is_object()) bad("speculative", "speculative must be an object");
+        if (s.contains("enabled")) {
+            if (!s["enabled"].is_boolean()) bad("speculative.enabled", "speculative.enabled must be true or false");
+            r.speculative = s["enabled"].get<bool>() ? 1 : 0;
+        }
+        if (s.contains("draft_max")) r.draft_max = static_cast<int32_t>(integer(s["draft_max"], "speculative.draft_max", 1, limits.max_draft_tokens));
+        if (s.contains("adaptive")) {
+            if (!s["adaptive"].is_boolean()) bad("speculative.adaptive", "speculative.adaptive must be true or false");
+            r.adaptive = s["adaptive"].get<bool>() ? 1 : 0;
+        }
+    }
+    if (kind == ApiKind::WebSocket) {
+        if (!body.contains("id") || !body["id"].is_string() || body["id"].get<std::string>().empty())
+            bad("id", "id must be a non-empty string");
+        r.id = body["id"].get<std::string>();
+    }
+    return out;
+}
+
+std::string error_body(const ApiError& e) {
+    const char* type = e.status >= 500 ? "server_error" : e.status == 401 ? "authentication_error" : "invalid_request_error";
+    json j = {{"error", {{"message", e.message}, {"type", type}, {"param", e.param.empty() ? json(nullptr) : json(e.param)}, {"code", e.code}}}};
+    return j.dump();
+}
+
+std::string openai_finish_reason(const std::string& ours) {
+    if (ours == "length" || ours == "context") return "length";
+    return "stop";
+}
+
+json usage_json(const done_event& d) {
+    return {{"prompt_tokens", d.prompt_tokens}, {"completion_tokens", d.completion_tokens},
+            {"total_tokens", d.prompt_tokens + d.completion_tokens}};
+}
+
+json timings_json(const done_event& d) {
+    const double gen_ms = d.total_ms - d.ttft_ms;
+    const double tps = gen_ms > 0 && d.completion_tokens > 1 ? 1000.0 * (d.completion_tokens - 1) / gen_ms : 0.0;
+    return {{"ttft_ms", d.ttft_ms}, {"total_ms", d.total_ms}, {"tokens_per_s", tps}};
+}
+
+json speculative_json(const done_event& d) {
+    const double rate = d.drafted > 0 ? static_cast<double>(d.accepted) / static_cast<double>(d.drafted) : 0.0;
+    const double mean_len = d.draft_steps > 0 ? 1.0 + static_cast<double>(d.accepted) / static_cast<double>(d.draft_steps) : 1.0;
+    return {{"enabled", d.speculative}, {"drafted", d.drafted}, {"accepted", d.accepted}, {"acceptance_rate", rate},
+            {"mean_accept_len", mean_len}, {"steps", d.steps}, {"load_capped_steps", d.load_capped}};
+}
+
+json completion_response(const std::string& id, const std::string& model, int64_t created, const std::string& text,
+                         const done_event& d) {
+    return {{"id", id}, {"object", "text_completion"}, {"created", created}, {"model", model},
+            {"choices", json::array({{{"index", 0}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", openai_finish_reason(d.finish_reason)}}})},
+            {"usage", usage_json(d)}, {"timings", timings_json(d)}, {"speculative", speculative_json(d)}};
+}
+
+json chat_response(const std::string& id, const std::string& model, int64_t created, const std::string& text, const done_event& d) {
+    return {{"id", id}, {"object", "chat.completion"}, {"created", created}, {"model", model},
+            {"choices", json::array({{{"index", 0}, {"message", {{"role", "assistant"}, {"content", text}}},
+                                      {"logprobs", nullptr}, {"finish_reason", openai_finish_reason(d.finish_reason)}}})},
+            {"usage", usage_json(d)}, {"timings", timings_json(d)}, {"speculative", speculative_json(d)}};
+}
+
+json completion_chunk(const std::string& id, const std::string& model, int64_t created, const std::string& text,
+                      const std::string& finish_reason) {
+    return {{"id", id}, {"object", "text_completion"}, {"created", created}, {"model", model},
+            {"choices", json::array({{{"index", 0}, {"text", text}, {"logprobs", nullptr},
+                                      {"finish_reason", finish_reason.empty() ? json(nullptr) : json(finish_reason)}}})}};
+}
+
+json chat_chunk(const std::string& id, const std::string& model, int64_t created, const std::string* role, const std::string* content,
+                const std::string& finish_reason) {
+    json delta = json::object();
+    if (role) delta["role"] = *role;
+    if (content) delta["content"] = *content;
+    return {{"id", id}, {"object", "chat.completion.chunk"}, {"created", created}, {"model", model},
+            {"choices", json::array({{{"index", 0}, {"delta", delta}, {"logprobs", nullptr},
+                                      {"finish_reason", finish_reason.empty() ? json(nullptr) : json(finish_reason)}}})}};
+}
+
+std::string ws_token_frame(const token_event& e) {
+    json from = json::array();
+    for (uint8_t f : e.from_draft) from.push_back(f != 0);
+    return json{{"type", "token"}, {"id", e.id}, {"text", e.text}, {"token_ids", e.tokens}, {"from_draft", from}}.dump();
+}
+
+std::string ws_done_frame(const done_event& d) {
+    return json{{"type", "done"}, {"id", d.id}, {"finish_reason", d.finish_reason == "cancelled" ? "cancelled" : d.finish_reason == "context" ? "context" : d.finish_reason},
+                {"usage", usage_json(d)}, {"timings", timings_json(d)}, {"speculative", speculative_json(d)}}
+        .dump();
+}
+
+std::string ws_error_frame(const std::string* id, const std::string& code, const std::string& message) {
+    return json{{"type", "error"}, {"id", id ? json(*id) : json(nullptr)}, {"code", code}, {"message", message}}.dump();
+}
+
+}  // namespace specd::net

@@ -1,0 +1,76 @@
+// The request and response formats of the network front end, without any
+// socket code: OpenAI-compatible completions and chat completions, and the
+// WebSocket protocol (docs/websocket-protocol.md). Both parse into the
+// runtime's generate_request through one function, so they validate alike.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "actors/messages.h"
+
+namespace specd::net {
+
+// A request the client got wrong (or one we can't serve now): the HTTP
+// status, the machine-readable code and a one-line message.
+struct ApiError {
+    int status = 400;
+    std::string code;      // "invalid_json", "invalid_request", "unknown_model", ...
+    std::string message;
+    std::string param;     // the offending field, if any
+};
+
+enum class ApiKind { Completion, Chat, WebSocket };
+
+struct ParsedRequest {
+    generate_request request;
+    bool stream = false;                // HTTP only
+    bool chat = false;                  // came with messages
+    std::vector<std::pair<std::string, std::string>> messages;  // (role, content) when chat
+};
+
+// Limits every generation request is checked against.
+struct RequestLimits {
+    int32_t max_tokens_limit = 4096;    // "max_tokens_limit": largest max_tokens accepted
+    int32_t default_max_tokens = 128;   // when the request gives none (OpenAI: 16 for completions; llama-server: until done)
+    int32_t max_draft_tokens = 32;      // largest speculative.draft_max accepted
+};
+
+// Parses and validates; throws ApiError. `render_chat` turns messages into
+// the prompt text (the model's chat template).
+using ChatRenderer = std::string (*)(const void* ctx, const std::vector<std::pair<std::string, std::string>>& messages);
+ParsedRequest parse_generation(const nlohmann::json& body, ApiKind kind, const RequestLimits& limits, ChatRenderer render_chat,
+                               const void* render_ctx);
+
+// Parses text as JSON; ApiError{400, "invalid_json"} naming the position.
+nlohmann::json parse_json(const std::string& text);
+
+// {"error": {"message", "type", "param", "code"}} as OpenAI.
+std::string error_body(const ApiError& e);
+
+// OpenAI finish_reason for ours ("context" becomes "length", "cancelled" "stop").
+std::string openai_finish_reason(const std::string& ours);
+
+nlohmann::json usage_json(const done_event& d);
+nlohmann::json timings_json(const done_event& d);
+nlohmann::json speculative_json(const done_event& d);
+
+// Full (non-streamed) responses.
+nlohmann::json completion_response(const std::string& id, const std::string& model, int64_t created, const std::string& text,
+                                   const done_event& d);
+nlohmann::json chat_response(const std::string& id, const std::string& model, int64_t created, const std::string& text,
+                             const done_event& d);
+// One SSE chunk's JSON. finish_reason empty: a content chunk.
+nlohmann::json completion_chunk(const std::string& id, const std::string& model, int64_t created, const std::string& text,
+                                const std::string& finish_reason);
+nlohmann::json chat_chunk(const std::string& id, const std::string& model, int64_t created, const std::string* role,
+                          const std::string* content, const std::string& finish_reason);
+
+// WebSocket frames.
+std::string ws_token_frame(const token_event& e);
+std::string ws_done_frame(const done_event& d);
+std::string ws_error_frame(const std::string* id, const std::string& code, const std::string& message);
+
+}  // namespace specd::net

@@ -1,0 +1,717 @@
+// Boost.Beast front end (the only translation unit with Beast in it):
+// listener → http_session (one strand per connection) → websocket_session
+// on upgrade. Generations run in the runtime; their events come back on a
+// CAF thread and are posted to the connection's strand.
+#include "net/server.h"
+
+#include <atomic>
+#include <chrono>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include <boost/asio.hpp>
+#include <boost/beast.hpp>
+#include <boost/beast/websocket.hpp>
+
+#include "actors/runtime.h"
+#include "engine/tokenizer.h"
+#include "net/chat_page.h"
+
+namespace specd::net {
+
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace websocket = beast::websocket;
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+using nlohmann::json;
+
+namespace {
+
+int64_t unix_now() {
+    return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// Latency histogram with fixed buckets (milliseconds), updated lock-free.
+struct Histogram {
+    static constexpr double kBounds[] = {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000};
+    static constexpr size_t kN = sizeof(kBounds) / sizeof(kBounds[0]);
+    std::atomic<uint64_t> buckets[kN + 1] = {};
+    std::atomic<uint64_t> count{0};
+    std::atomic<uint64_t> sum_us{0};
+    void observe(double ms) {
+        size_t i = 0;
+        while (i < kN && ms > kBounds[i]) ++i;
+        ++buckets[i];
+        ++count;
+        sum_us += static_cast<uint64_t>(std::max(0.0, ms) * 1000.0);
+    }
+    void render(std::string& out, const char* name, const char* help) const {
+        out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " histogram\n";
+        uint64_t cumulative = 0;
+        for (size_t i = 0; i <= kN; ++i) {
+            cumulative += buckets[i];
+            const std::string le = i < kN ? json(kBounds[i] / 1000.0).dump() : "+Inf";
+            out += std::string(name) + "_bucket{le=\"" + le + "\"} " + std::to_string(cumulative) + "\n";
+        }
+        out += std::string(name) + "_sum " + json(static_cast<double>(sum_us) / 1e6).dump() + "\n";
+        out += std::string(name) + "_count " + std::to_string(count.load()) + "\n";
+    }
+};
+
+struct Metrics {
+    std::atomic<uint64_t> http_requests{0}, ws_connections{0}, generations_ok{0}, generations_error{0}, generations_cancelled{0};
+    std::atomic<uint64_t> prompt_tokens{0}, completion_tokens{0}, drafted{0}, accepted{0};
+    std::mutex position_mu;
+    std::vector<uint64_t> drafted_pos, accepted_pos;  // (draft_max) per draft position
+    Histogram ttft, itl;
+};
+
+}  // namespace
+
+struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
+    Runtime& runtime;
+    ServerOptions opt;
+    // Owned through pointers so stop() can destroy them (and with them every
+    // pending handler and connection) while the Impl is still alive.
+    std::unique_ptr<asio::io_context> ioc = std::make_unique<asio::io_context>();
+    std::unique_ptr<tcp::acceptor> acceptor = std::make_unique<tcp::acceptor>(*ioc);
+    std::vector<std::thread> threads;
+    std::atomic<int32_t> connections{0};
+    std::atomic<int32_t> active_generations{0};
+    std::atomic<bool> draining{false};
+    std::atomic<bool> stopped{false};
+    uint16_t bound_port = 0;
+    Metrics metrics;
+    std::string chat_template_text;
+
+    Impl(Runtime& rt, ServerOptions o) : runtime(rt), opt(std::move(o)), chat_template_text(rt.chat_template_text()) {}
+
+    void do_accept();
+    bool authorised(const http::request<http::string_body>& req) const;
+    std::string render_metrics();
+    void record_done(const done_event& d) {
+        ++metrics.generations_ok;
+        if (d.finish_reason == "cancelled") ++metrics.generations_cancelled;
+        metrics.prompt_tokens += static_cast<uint64_t>(d.prompt_tokens);
+        metrics.drafted += static_cast<uint64_t>(d.drafted);
+        metrics.accepted += static_cast<uint64_t>(d.accepted);
+        std::lock_guard<std::mutex> lock(metrics.position_mu);
+        if (metrics.drafted_pos.size() < d.drafted_per_position.size()) {
+            metrics.drafted_pos.resize(d.drafted_per_position.size(), 0);
+            metrics.accepted_pos.resize(d.drafted_per_position.size(), 0);
+        }
+        for (size_t i = 0; i < d.drafted_per_position.size(); ++i) {
+            metrics.drafted_pos[i] += static_cast<uint64_t>(d.drafted_per_position[i]);
+            metrics.accepted_pos[i] += static_cast<uint64_t>(d.accepted_per_position[i]);
+        }
+    }
+};
+
+namespace {
+
+// Tracks one generation's timing for the latency histograms.
+struct Timing {
+    double t_submit = now_ms();
+    double t_last = -1.0;
+    void on_tokens(Metrics& m, size_t n) {
+        const double now = now_ms();
+        if (t_last < 0) m.ttft.observe(now - t_submit);
+        else if (n > 0) m.itl.observe((now - t_last) / static_cast<double>(n));
+        t_last = now;
+        m.completion_tokens += n;
+    }
+};
+
+std::string render_chat_messages(const void* ctx, const std::vector<std::pair<std::string, std::string>>& messages);
+
+struct ChatContext {
+    const std::string* template_text;
+};
+
+// The model's chat template when recognised by its text; the plain
+// transcript for base models (stories15M has no template).
+std::string render_chat_messages(const void* ctx, const std::vector<std::pair<std::string, std::string>>& messages) {
+    const std::string& t = *static_cast<const ChatContext*>(ctx)->template_text;
+    std::string out;
+    if (t.find("<|im_start|>") != std::string::npos) {
+        for (const auto& [role, content] : messages) out += "<|im_start|>" + role + "\n" + content + "<|im_end|>\n";
+        return out + "<|im_start|>assistant\n";
+    }
+    if (t.find("<|start_header_id|>") != std::string::npos) {
+        for (const auto& [role, content] : messages) out += "<|start_header_id|>" + role + "<|end_header_id|>\n\n" + content + "<|eot_id|>";
+        return out + "<|start_header_id|>assistant<|end_header_id|>\n\n";
+    }
+    if (t.find("[INST]") != std::string::npos) {
+        std::string system;
+        bool first = true;
+        for (const auto& [role, content] : messages) {
+            if (role == "system") {
+                system = "<<SYS>>\n" + content + "\n<</SYS>>\n\n";
+            } else if (role == "user") {
+                out += std::string(first ? "" : "<s>") + "[INST] " + (first ? system : "") + content + " [/INST]";
+                first = false;
+            } else {
+                out += " " + content + " </s>";
+            }
+        }
+        return out;
+    }
+    // Plain: the contents as paragraphs, for a base model to continue.
+    for (const auto& [role, content] : messages) {
+        if (!out.empty()) out += "\n\n";
+        out += content;
+    }
+    return out;
+}
+
+// ------------------------------------------------------------ websocket ---
+
+class WsSession : public std::enable_shared_from_this<WsSession> {
+public:
+    WsSession(tcp::socket&& socket, std::shared_ptr<Server::Impl> server) : ws_(std::move(socket)), server_(std::move(server)) {}
+    ~WsSession() {
+        for (auto& [id, g] : generations_) server_->runtime.cancel(g.handle);
+        --server_->connections;
+    }
+
+    void run(http::request<http::string_body> req) {
+        ++server_->metrics.ws_connections;
+        websocket::stream_base::timeout t = websocket::stream_base::timeout::suggested(beast::role_type::server);
+        t.idle_timeout = std::chrono::seconds(server_->opt.idle_timeout_s);
+        t.keep_alive_pings = true;
+        ws_.set_option(t);
+        ws_.read_message_max(server_->opt.max_message_bytes);
+        beast::get_lowest_layer(ws_).expires_never();
+        ws_.async_accept(req, beast::bind_front_handler(&WsSession::on_accept, shared_from_this()));
+    }
+
+    // Called on a CAF thread: hop onto the strand.
+    void post_frame(std::string frame) {
+        asio::post(ws_.get_executor(), [self = shared_from_this(), f = std::move(frame)]() mutable { self->send(std::move(f)); });
+    }
+
+private:
+    struct Generation {
+        session_actor handle;
+        Timing timing;
+    };
+
+    void on_accept(beast::error_code ec) {
+        if (ec) return;
+        do_read();
+    }
+
+    void do_read() {
+        ws_.async_read(buffer_, beast::bind_front_handler(&WsSession::on_read, shared_from_this()));
+    }
+
+    void on_read(beast::error_code ec, size_t) {
+        if (ec == websocket::error::message_too_big) {
+            // Beast has already failed the connection with close code 1009.
+            return;
+        }
+        if (ec) return;  // closed, reset or timed out: the destructor cancels our generations
+        if (!ws_.got_text()) {
+            buffer_.consume(buffer_.size());
+            close(websocket::close_code::unknown_data, "binary frames are not accepted; send JSON text frames");
+            return;
+        }
+        std::string text = beast::buffers_to_string(buffer_.data());
+        buffer_.consume(buffer_.size());
+        handle(text);
+        if (!closing_) do_read();
+    }
+
+    void handle(const std::string& text) {
+        json msg;
+        try {
+            msg = parse_json(text);
+        } catch (const ApiError& e) {
+            return send(ws_error_frame(nullptr, e.code, e.message));
+        }
+        const std::string type = msg.is_object() && msg.contains("type") && msg["type"].is_string() ? msg["type"].get<std::string>() : "";
+        const std::string id = msg.is_object() && msg.contains("id") && msg["id"].is_string() ? msg["id"].get<std::string>() : "";
+        const std::string* idp = id.empty() ? nullptr : &id;
+        if (type == "cancel") {
+            auto it = generations_.find(id);
+            if (it == generations_.end()) return send(ws_error_frame(idp, "unknown_id", "no running generation has id \"" + id + "\""));
+            server_->runtime.cancel(it->second.handle);
+            return;
+        }
+        if (type != "generate") return send(ws_error_frame(idp, "invalid_request", "type must be \"generate\" or \"cancel\""));
+        if (server_->draining) return send(ws_error_frame(idp, "draining", "the server is draining; retry on another instance"));
+        ParsedRequest parsed;
+        try {
+            ChatContext ctx{&server_->chat_template_text};
+            parsed = parse_generation(msg, ApiKind::WebSocket, server_->opt.limits, render_chat_messages, &ctx);
+        } catch (const ApiError& e) {
+            return send(ws_error_frame(idp, e.code, e.message));
+        }
+        if (generations_.count(id)) return send(ws_error_frame(idp, "duplicate_id", "a generation with id \"" + id + "\" is running"));
+        if (static_cast<int32_t>(generations_.size()) >= server_->opt.max_generations_per_connection)
+            return send(ws_error_frame(idp, "too_many_generations",
+                                       "at most " + std::to_string(server_->opt.max_generations_per_connection) +
+                                           " generations may run on one connection"));
+        std::weak_ptr<WsSession> weak = weak_from_this();
+        RuntimeCallbacks cb;
+        cb.on_token = [weak](const token_event& e) {
+            if (auto s = weak.lock()) {
+                asio::post(s->ws_.get_executor(), [s, e]() {
+                    auto it = s->generations_.find(e.id);
+                    if (it != s->generations_.end()) it->second.timing.on_tokens(s->server_->metrics, e.tokens.size());
+                    s->send(ws_token_frame(e));
+                });
+            }
+        };
+        cb.on_done = [weak](const done_event& d) {
+            if (auto s = weak.lock()) {
+                asio::post(s->ws_.get_executor(), [s, d]() {
+                    s->server_->record_done(d);
+                    s->generations_.erase(d.id);
+                    --s->server_->active_generations;
+                    s->send(ws_done_frame(d));
+                });
+            }
+        };
+        cb.on_error = [weak](const error_event& e) {
+            if (auto s = weak.lock()) {
+                asio::post(s->ws_.get_executor(), [s, e]() {
+                    ++s->server_->metrics.generations_error;
+                    s->generations_.erase(e.id);
+                    --s->server_->active_generations;
+                    s->send(ws_error_frame(&e.id, e.code, e.message));
+                });
+            }
+        };
+        Generation g;
+        ++server_->active_generations;
+        g.handle = server_->runtime.submit(std::move(parsed.request), std::move(cb));
+        generations_.emplace(id, std::move(g));
+    }
+
+    void send(std::string frame) {
+        if (closing_) return;
+        if (queue_.size() >= server_->opt.max_queued_frames) {
+            queue_.clear();
+            close(websocket::close_code::try_again_later, "the client reads too slowly; its send queue overflowed");
+            return;
+        }
+        queue_.push_back(std::move(frame));
+        if (queue_.size() == 1) do_write();
+    }
+
+    void do_write() {
+        ws_.text(true);
+        ws_.async_write(asio::buffer(queue_.front()), beast::bind_front_handler(&WsSession::on_write, shared_from_this()));
+    }
+
+    void on_write(beast::error_code ec, size_t) {
+        if (ec) {
+            queue_.clear();
+            return;
+        }
+        queue_.pop_front();
+        if (!queue_.empty()) do_write();
+    }
+
+    void close(websocket::close_code code, const std::string& reason) {
+        if (closing_) return;
+        closing_ = true;
+        for (auto& [id, g] : generations_) server_->runtime.cancel(g.handle);
+        ws_.async_close(websocket::close_reason(code, reason), [self = shared_from_this()](beast::error_code) {});
+    }
+
+    websocket::stream<beast::tcp_stream> ws_;
+    std::shared_ptr<Server::Impl> server_;
+    beast::flat_buffer buffer_;
+    std::deque<std::string> queue_;
+    std::unordered_map<std::string, Generation> generations_;
+    bool closing_ = false;
+};
+
+// ----------------------------------------------------------------- http ---
+
+class HttpSession : public std::enable_shared_from_this<HttpSession> {
+public:
+    HttpSession(tcp::socket&& socket, std::shared_ptr<Server::Impl> server) : stream_(std::move(socket)), server_(std::move(server)) {}
+    ~HttpSession() {
+        if (generation_) server_->runtime.cancel(generation_);
+        if (!upgraded_) --server_->connections;
+    }
+
+    void run() {
+        asio::dispatch(stream_.get_executor(), beast::bind_front_handler(&HttpSession::do_read, shared_from_this()));
+    }
+
+private:
+    void do_read() {
+        parser_.emplace();
+        parser_->body_limit(server_->opt.max_body_bytes);
+        stream_.expires_after(std::chrono::seconds(server_->opt.read_timeout_s));
+        http::async_read(stream_, buffer_, *parser_, beast::bind_front_handler(&HttpSession::on_read, shared_from_this()));
+    }
+
+    void on_read(beast::error_code ec, size_t) {
+        if (ec == http::error::end_of_stream || ec == beast::error::timeout) return shutdown();
+        if (ec == http::error::body_limit) {
+            keep_alive_ = false;
+            return reply_error(413, "request_too_large",
+                               "the request body exceeds " + std::to_string(server_->opt.max_body_bytes) + " bytes");
+        }
+        if (ec) {
+            keep_alive_ = false;
+            return reply_error(400, "bad_request", std::string("malformed HTTP request: ") + ec.message());
+        }
+        req_ = parser_->release();
+        keep_alive_ = req_.keep_alive();
+        ++server_->metrics.http_requests;
+        stream_.expires_never();
+        route();
+    }
+
+    std::string path() const {
+        std::string target(req_.target());
+        return target.substr(0, target.find('?'));
+    }
+
+    void route() {
+        const std::string p = path();
+        const bool get = req_.method() == http::verb::get;
+        const bool post = req_.method() == http::verb::post;
+        if (req_.method() == http::verb::options) return reply(204, "", "text/plain");
+        if (p == "/health" && get) {
+            const bool ok = !server_->draining;
+            return reply(ok ? 200 : 503, json{{"status", ok ? "ok" : "draining"}}.dump(), "application/json");
+        }
+        if (!server_->authorised(req_)) return reply_error(401, "invalid_api_key", "missing or wrong API key (Authorization: Bearer KEY)");
+        if (websocket::is_upgrade(req_)) {
+            if (p != "/v1/ws") return reply_error(404, "not_found", "WebSocket endpoint is /v1/ws");
+            upgraded_ = true;
+            std::make_shared<WsSession>(stream_.release_socket(), server_)->run(std::move(req_));
+            return;
+        }
+        if (p == "/" && get) return reply(200, std::string(kChatPageHtml), "text/html; charset=utf-8");
+        if (p == "/metrics" && get) return reply(200, server_->render_metrics(), "text/plain; version=0.0.4");
+        if (p == "/v1/models" && get) {
+            json m = {{"object", "list"},
+                      {"data", json::array({{{"id", server_->runtime.model_name()}, {"object", "model"}, {"created", unix_now()},
+                                             {"owned_by", "specd"}, {"meta", {{"n_ctx", server_->runtime.n_ctx()},
+                                                                             {"draft_model", server_->runtime.has_draft_model()}}}}})}};
+            return reply(200, m.dump(), "application/json");
+        }
+        if ((p == "/v1/completions" || p == "/v1/chat/completions") && post) return generate(p == "/v1/chat/completions");
+        if (p == "/v1/completions" || p == "/v1/chat/completions" || p == "/v1/models" || p == "/health" || p == "/metrics")
+            return reply_error(405, "method_not_allowed", std::string(req_.method_string()) + " is not allowed on " + p);
+        return reply_error(404, "not_found", "no endpoint " + p);
+    }
+
+    void generate(bool chat) {
+        if (server_->draining) return reply_error(503, "draining", "the server is draining; retry on another instance");
+        ParsedRequest parsed;
+        try {
+            json body = parse_json(req_.body());
+            ChatContext ctx{&server_->chat_template_text};
+            parsed = parse_generation(body, chat ? ApiKind::Chat : ApiKind::Completion, server_->opt.limits, render_chat_messages, &ctx);
+        } catch (const ApiError& e) {
+            return reply_error(e.status, e.code, e.message, e.param);
+        }
+        chat_ = chat;
+        stream_mode_ = parsed.stream;
+        created_ = unix_now();
+        id_ = std::string(chat ? "chatcmpl-" : "cmpl-") + std::to_string(server_->metrics.http_requests.load()) + "-" +
+              std::to_string(static_cast<int64_t>(now_ms() * 1000) % 1000000000);
+        model_ = server_->runtime.model_name();
+        parsed.request.id = id_;
+        std::weak_ptr<HttpSession> weak = weak_from_this();
+        RuntimeCallbacks cb;
+        cb.on_token = [weak](const token_event& e) {
+            if (auto s = weak.lock()) asio::post(s->stream_.get_executor(), [s, e]() { s->on_token(e); });
+        };
+        cb.on_done = [weak](const done_event& d) {
+            if (auto s = weak.lock()) asio::post(s->stream_.get_executor(), [s, d]() { s->on_done(d); });
+        };
+        cb.on_error = [weak](const error_event& e) {
+            if (auto s = weak.lock()) asio::post(s->stream_.get_executor(), [s, e]() { s->on_error(e); });
+        };
+        if (stream_mode_) {
+            std::string head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+                               "Transfer-Encoding: chunked\r\nConnection: " +
+                               std::string(keep_alive_ ? "keep-alive" : "close") + "\r\n" + cors_header() + "\r\n";
+            queue_raw(std::move(head));
+            if (chat_) {
+                const std::string role = "assistant";
+                queue_sse(chat_chunk(id_, model_, created_, &role, nullptr, "").dump());
+            }
+        }
+        ++server_->active_generations;
+        generation_ = server_->runtime.submit(std::move(parsed.request), std::move(cb));
+        // Watch the socket while generating: a client that goes away cancels.
+        watch_disconnect();
+    }
+
+    void watch_disconnect() {
+        auto self = shared_from_this();
+        stream_.socket().async_wait(tcp::socket::wait_read, [self](beast::error_code ec) {
+            if (!self->generation_) return;
+            char probe;
+            beast::error_code rec;
+            const size_t n = ec ? 0 : self->stream_.socket().receive(asio::buffer(&probe, 1), tcp::socket::message_peek, rec);
+            if (ec || rec || n == 0) {
+                self->server_->runtime.cancel(self->generation_);
+                self->client_gone_ = true;
+            }
+        });
+    }
+
+    void on_token(const token_event& e) {
+        timing_.on_tokens(server_->metrics, e.tokens.size());
+        text_ += e.text;
+        if (stream_mode_ && !e.text.empty()) {
+            queue_sse(chat_ ? chat_chunk(id_, model_, created_, nullptr, &e.text, "").dump()
+                            : completion_chunk(id_, model_, created_, e.text, "").dump());
+        }
+    }
+
+    void on_done(const done_event& d) {
+        server_->record_done(d);
+        --server_->active_generations;
+        generation_ = session_actor();
+        if (client_gone_) return shutdown();
+        if (stream_mode_) {
+            json last = chat_ ? chat_chunk(id_, model_, created_, nullptr, nullptr, openai_finish_reason(d.finish_reason))
+                              : completion_chunk(id_, model_, created_, "", openai_finish_reason(d.finish_reason));
+            last["usage"] = usage_json(d);
+            last["timings"] = timings_json(d);
+            last["speculative"] = speculative_json(d);
+            queue_sse(last.dump());
+            queue_sse("[DONE]");
+            queue_raw("0\r\n\r\n");
+            finish_stream_ = true;
+            return;
+        }
+        const json body = chat_ ? chat_response(id_, model_, created_, text_, d) : completion_response(id_, model_, created_, text_, d);
+        reply(200, body.dump(), "application/json");
+    }
+
+    void on_error(const error_event& e) {
+        ++server_->metrics.generations_error;
+        --server_->active_generations;
+        generation_ = session_actor();
+        if (client_gone_) return shutdown();
+        const int status = e.code == "unknown_model" ? 404 : e.code == "overloaded" ? 429 : e.code == "draining" ? 503
+                           : e.code == "internal" ? 500 : e.code == "timeout" ? 504 : 400;
+        if (stream_mode_) {
+            queue_sse(error_body(ApiError{status, e.code, e.message, ""}));
+            queue_sse("[DONE]");
+            queue_raw("0\r\n\r\n");
+            finish_stream_ = true;
+            return;
+        }
+        reply_error(status, e.code, e.message);
+    }
+
+    std::string cors_header() const {
+        if (server_->opt.cors_origin.empty()) return "";
+        return "Access-Control-Allow-Origin: " + server_->opt.cors_origin +
+               "\r\nAccess-Control-Allow-Headers: Authorization, Content-Type\r\nAccess-Control-Allow-Methods: GET, POST, OPTIONS\r\n";
+    }
+
+    void queue_sse(const std::string& data) {
+        const std::string event = "data: " + data + "\n\n";
+        char size[20];
+        std::snprintf(size, sizeof size, "%zx\r\n", event.size());
+        queue_raw(std::string(size) + event + "\r\n");
+    }
+
+    void queue_raw(std::string bytes) {
+        out_.push_back(std::move(bytes));
+        if (out_.size() == 1) do_raw_write();
+    }
+
+    void do_raw_write() {
+        asio::async_write(stream_, asio::buffer(out_.front()), beast::bind_front_handler(&HttpSession::on_raw_write, shared_from_this()));
+    }
+
+    void on_raw_write(beast::error_code ec, size_t) {
+        if (ec) {
+            out_.clear();
+            if (generation_) server_->runtime.cancel(generation_);
+            client_gone_ = true;
+            return;
+        }
+        out_.pop_front();
+        if (!out_.empty()) return do_raw_write();
+        if (finish_stream_) {
+            finish_stream_ = false;
+            stream_mode_ = false;
+            if (!keep_alive_) return shutdown();
+            text_.clear();
+            do_read();
+        }
+    }
+
+    void reply_error(int status, const std::string& code, const std::string& message, const std::string& param = "") {
+        reply(status, error_body(ApiError{status, code, message, param}), "application/json");
+    }
+
+    void reply(int status, std::string body, const char* content_type) {
+        auto res = std::make_shared<http::response<http::string_body>>(static_cast<http::status>(status), 11);
+        res->set(http::field::server, "specd");
+        res->set(http::field::content_type, content_type);
+        if (status == 401) res->set(http::field::www_authenticate, "Bearer");
+        if (!server_->opt.cors_origin.empty()) {
+            res->set(http::field::access_control_allow_origin, server_->opt.cors_origin);
+            res->set(http::field::access_control_allow_headers, "Authorization, Content-Type");
+            res->set(http::field::access_control_allow_methods, "GET, POST, OPTIONS");
+        }
+        res->keep_alive(keep_alive_);
+        res->body() = std::move(body);
+        res->prepare_payload();
+        http::async_write(stream_, *res, [self = shared_from_this(), res](beast::error_code ec, size_t) {
+            if (ec || !self->keep_alive_) return self->shutdown();
+            self->text_.clear();
+            self->do_read();
+        });
+    }
+
+    void shutdown() {
+        beast::error_code ec;
+        stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+    }
+
+    beast::tcp_stream stream_;
+    std::shared_ptr<Server::Impl> server_;
+    beast::flat_buffer buffer_;
+    std::optional<http::request_parser<http::string_body>> parser_;
+    http::request<http::string_body> req_;
+    bool keep_alive_ = true;
+    bool upgraded_ = false;
+    // The generation in progress on this connection.
+    session_actor generation_;
+    bool chat_ = false, stream_mode_ = false, finish_stream_ = false, client_gone_ = false;
+    std::string id_, model_, text_;
+    int64_t created_ = 0;
+    Timing timing_;
+    std::deque<std::string> out_;
+};
+
+}  // namespace
+
+bool Server::Impl::authorised(const http::request<http::string_body>& req) const {
+    if (opt.api_key.empty()) return true;
+    const auto auth = req[http::field::authorization];
+    if (auth == "Bearer " + opt.api_key) return true;
+    const std::string target(req.target());
+    const size_t q = target.find("api_key=");
+    if (q != std::string::npos) {
+        std::string key = target.substr(q + 8);
+        key = key.substr(0, key.find('&'));
+        return key == opt.api_key;
+    }
+    return false;
+}
+
+std::string Server::Impl::render_metrics() {
+    std::string out;
+    auto counter = [&](const char* name, const char* help, uint64_t v) {
+        out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " counter\n" + name + " " + std::to_string(v) + "\n";
+    };
+    auto gauge = [&](const char* name, const char* help, double v) {
+        out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " gauge\n" + name + " " + json(v).dump() + "\n";
+    };
+    counter("specd_http_requests_total", "HTTP requests received (WebSocket upgrades included).", metrics.http_requests);
+    counter("specd_websocket_connections_total", "WebSocket connections accepted.", metrics.ws_connections);
+    counter("specd_generations_total", "Generations that finished (any finish reason).", metrics.generations_ok);
+    counter("specd_generations_cancelled_total", "Generations cancelled by the client or a disconnect.", metrics.generations_cancelled);
+    counter("specd_generation_errors_total", "Generations that ended with an error.", metrics.generations_error);
+    counter("specd_prompt_tokens_total", "Prompt tokens processed.", metrics.prompt_tokens);
+    counter("specd_completion_tokens_total", "Tokens generated.", metrics.completion_tokens);
+    counter("specd_spec_drafted_tokens_total", "Drafted tokens verified by the target.", metrics.drafted);
+    counter("specd_spec_accepted_tokens_total", "Drafted tokens the target accepted.", metrics.accepted);
+    {
+        std::lock_guard<std::mutex> lock(metrics.position_mu);
+        out += "# HELP specd_spec_position_acceptance_ratio Share of drafts reaching position i that were accepted there.\n"
+               "# TYPE specd_spec_position_acceptance_ratio gauge\n";
+        for (size_t i = 0; i < metrics.drafted_pos.size(); ++i) {
+            const double r = metrics.drafted_pos[i] ? static_cast<double>(metrics.accepted_pos[i]) / static_cast<double>(metrics.drafted_pos[i]) : 0.0;
+            out += "specd_spec_position_acceptance_ratio{position=\"" + std::to_string(i) + "\"} " + json(r).dump() + "\n";
+        }
+    }
+    metrics.ttft.render(out, "specd_time_to_first_token_seconds", "Time from request to first token.");
+    metrics.itl.render(out, "specd_inter_token_latency_seconds", "Time between streamed tokens, per token.");
+    const runtime_stats s = runtime.stats();
+    gauge("specd_kv_blocks_total", "Target KV cache blocks in the pool.", s.kv_target_blocks);
+    gauge("specd_kv_blocks_used", "Target KV cache blocks set aside for running requests.", s.kv_target_blocks - s.kv_target_free);
+    gauge("specd_kv_blocks_free", "Target KV cache blocks free.", s.kv_target_free);
+    gauge("specd_draft_kv_blocks_used", "Draft KV cache blocks set aside.", s.kv_draft_blocks - s.kv_draft_free);
+    gauge("specd_queue_depth", "Requests waiting for KV blocks.", s.waiting);
+    gauge("specd_active_sessions", "Requests holding KV blocks.", s.running);
+    gauge("specd_open_connections", "Open HTTP and WebSocket connections.", connections.load());
+    gauge("specd_draining", "1 while the server drains.", draining ? 1 : 0);
+    return out;
+}
+
+void Server::Impl::do_accept() {
+    acceptor->async_accept(asio::make_strand(*ioc), [self = shared_from_this()](beast::error_code ec, tcp::socket socket) {
+        if (ec) {
+            if (!self->stopped) self->do_accept();
+            return;
+        }
+        if (self->connections >= self->opt.max_connections) {
+            // Over the limit: a short 503 on the way out.
+            static const std::string busy = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nConnection: close\r\n"
+                                            "Content-Length: 104\r\n\r\n"
+                                            "{\"error\":{\"message\":\"too many connections\",\"type\":\"server_error\",\"param\":null,\"code\":\"overloaded\"}}";
+            beast::error_code wec;
+            asio::write(socket, asio::buffer(busy), wec);
+            socket.close(wec);
+        } else {
+            ++self->connections;
+            std::make_shared<HttpSession>(std::move(socket), self)->run();
+        }
+        self->do_accept();
+    });
+}
+
+Server::Server(Runtime& runtime, ServerOptions options) : impl_(std::make_shared<Impl>(runtime, std::move(options))) {}
+
+Server::~Server() { stop(); }
+
+uint16_t Server::start() {
+    tcp::endpoint ep(asio::ip::make_address(impl_->opt.host), impl_->opt.port);
+    impl_->acceptor->open(ep.protocol());
+    impl_->acceptor->set_option(asio::socket_base::reuse_address(true));
+    impl_->acceptor->bind(ep);
+    impl_->acceptor->listen(asio::socket_base::max_listen_connections);
+    impl_->bound_port = impl_->acceptor->local_endpoint().port();
+    impl_->do_accept();
+    for (int i = 0; i < std::max(1, impl_->opt.io_threads); ++i) {
+        asio::io_context* ioc = impl_->ioc.get();
+        impl_->threads.emplace_back([ioc] { ioc->run(); });
+    }
+    return impl_->bound_port;
+}
+
+void Server::drain() { impl_->draining = true; }
+
+void Server::stop() {
+    if (impl_->stopped.exchange(true)) return;
+    impl_->draining = true;
+    impl_->ioc->stop();
+    for (auto& t : impl_->threads) t.join();
+    impl_->threads.clear();
+    // Destroying the context destroys every pending handler and so every
+    // connection (each cancels its generations on the way out).
+    impl_->acceptor.reset();
+    impl_->ioc.reset();
+}
+
+uint16_t Server::port() const { return impl_->bound_port; }
+
+std::string Server::url() const { return "http://" + impl_->opt.host + ":" + std::to_string(impl_->bound_port); }
+
+}  // namespace specd::net

@@ -1,0 +1,53 @@
+// The network front end: one listener for HTTP and WebSocket on one port,
+// one strand per connection; network threads never run model work (they
+// hand requests to the runtime's actors and stream back what they send).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "net/api.h"
+
+namespace specd {
+class Runtime;
+}
+
+namespace specd::net {
+
+struct ServerOptions {
+    std::string host = "127.0.0.1";        // --host
+    uint16_t port = 8080;                  // --port; 0 picks a free port
+    int32_t io_threads = 2;                // network threads (they only parse, route and write)
+    std::string api_key;                   // --api-key: required as "Authorization: Bearer KEY" on all but /health; empty: open
+    std::string cors_origin;               // --cors-origin: Access-Control-Allow-Origin value; empty: no CORS headers
+    size_t max_body_bytes = 1 << 20;       // "max_body_bytes": largest HTTP request body (413 beyond)
+    size_t max_message_bytes = 1 << 20;    // "max_message_bytes": largest WebSocket message (close 1009 beyond)
+    int32_t max_connections = 512;         // "max_connections": open connections at once (503 beyond)
+    int32_t max_generations_per_connection = 8;  // WebSocket generations running at once on one connection
+    size_t max_queued_frames = 4096;       // WebSocket frames waiting for a slow reader before it is closed (1013)
+    int32_t read_timeout_s = 30;           // "read_timeout_s": a request's header and body must arrive within this
+    int32_t idle_timeout_s = 120;          // "idle_timeout_s": an idle WebSocket is closed after this
+    RequestLimits limits;
+};
+
+class Server {
+public:
+    Server(Runtime& runtime, ServerOptions options);
+    ~Server();
+    // Binds and starts the network threads; returns the bound port.
+    uint16_t start();
+    // /health turns 503 and new generations are refused ("draining").
+    void drain();
+    // Closes the listener and every connection, joins the threads.
+    void stop();
+    uint16_t port() const;
+    std::string url() const;
+
+    struct Impl;
+
+private:
+    std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace specd::net
