@@ -57,8 +57,8 @@ async function main() {
         if ((await ended.getAttribute("data-state")) !== "done") fail(`generation ended in an error: ${JSON.stringify(await ended.textContent())}`);
         const text = await ended.evaluate((el) => ((el.querySelector(".body") || el).textContent || "").trim());
         if (!text) fail("the assistant message is empty");
-        const drafted = await ended.evaluate((el) => el.querySelectorAll(".draft").length);
-        console.log(`ok   assistant message done: ${JSON.stringify(text.length > 60 ? text.slice(0, 60) + "…" : text)} (${drafted} draft-marked spans)`);
+        const drafted = await ended.evaluate((el) => el.querySelectorAll(".draft, .mixed").length);
+        console.log(`ok   assistant message done: ${JSON.stringify(text.length > 60 ? text.slice(0, 60) + "…" : text)} (${drafted} spans marked as (partly) draft)`);
 
         const acceptance = ((await page.textContent("#acceptance")) || "").trim();
         if (!/\d+(\.\d+)?\s*%/.test(acceptance)) fail(`#acceptance should show a percentage, shows ${JSON.stringify(acceptance)}`);
