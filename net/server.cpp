@@ -184,7 +184,11 @@ public:
         t.idle_timeout = std::chrono::seconds(server_->opt.idle_timeout_s);
         t.keep_alive_pings = true;
         ws_.set_option(t);
-        ws_.read_message_max(server_->opt.max_message_bytes);
+        // The size limit is enforced here, frame by frame, instead of with
+        // read_message_max: Beast would drop the connection with data still
+        // unread (the client sees a reset, 1006); async_close drains it and
+        // the client gets the 1009 close frame.
+        ws_.read_message_max(0);
         beast::get_lowest_layer(ws_).expires_never();
         ws_.async_accept(req, beast::bind_front_handler(&WsSession::on_accept, shared_from_this()));
     }
@@ -206,15 +210,18 @@ private:
     }
 
     void do_read() {
-        ws_.async_read(buffer_, beast::bind_front_handler(&WsSession::on_read, shared_from_this()));
+        ws_.async_read_some(buffer_, 64 * 1024, beast::bind_front_handler(&WsSession::on_read, shared_from_this()));
     }
 
     void on_read(beast::error_code ec, size_t) {
-        if (ec == websocket::error::message_too_big) {
-            // Beast has already failed the connection with close code 1009.
+        if (ec) return;  // closed, reset or timed out: the destructor cancels our generations
+        if (buffer_.size() > server_->opt.max_message_bytes) {
+            buffer_.consume(buffer_.size());
+            close(websocket::close_code::too_big,
+                  "message larger than " + std::to_string(server_->opt.max_message_bytes) + " bytes");
             return;
         }
-        if (ec) return;  // closed, reset or timed out: the destructor cancels our generations
+        if (!ws_.is_message_done()) return do_read();
         if (!ws_.got_text()) {
             buffer_.consume(buffer_.size());
             close(websocket::close_code::unknown_data, "binary frames are not accepted; send JSON text frames");
