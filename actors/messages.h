@@ -94,7 +94,8 @@ struct verify_result {
     int32_t n_accepted = 0;
     int32_t next = -1;                    // the new pending token
     std::vector<uint64_t> rng;            // (4)
-    int32_t batch_requests = 0;           // requests in the step (the load signal)
+    int32_t batch_requests = 0;           // requests in the step
+    int32_t open_requests = 0;            // requests open on the verifier (the load signal)
     double step_ms = 0.0;
 };
 
@@ -173,7 +174,7 @@ typename Inspector::result_type inspect(Inspector& f, verify_msg& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, verify_result& x) {
     return f(caf::meta::type_name("specd::verify_result"), x.ok, x.kv_full, x.error, x.n_accepted, x.next, x.rng, x.batch_requests,
-             x.step_ms);
+             x.open_requests, x.step_ms);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, draft_msg& x) {

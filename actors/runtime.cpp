@@ -70,6 +70,8 @@ RngState rng_from_wire(const std::vector<uint64_t>& v) {
 
 void register_types(caf::actor_system_config& cfg) { cfg.add_message_types<caf::id_block::specd>(); }
 
+void configure_low_latency(caf::actor_system_config& cfg) { cfg.set("scheduler.policy", caf::atom("sharing")); }
+
 // ----------------------------------------------------------- shared ---
 
 struct RuntimeShared {
@@ -202,6 +204,7 @@ verifier_actor::behavior_type verifier_fun(verifier_actor::stateful_pointer<veri
                 r.next = o.next;
                 r.rng = rng_to_wire(o.rng);
                 r.batch_requests = o.batch_requests;
+                r.open_requests = o.open_requests;
                 r.step_ms = o.step_ms;
                 it->second.deliver(std::move(r));
                 s.promises.erase(it);
@@ -462,6 +465,7 @@ void session_verify(session_ptr self) {
                 o.next = r.next;
                 o.rng = rng_from_wire(r.rng);
                 o.batch_requests = r.batch_requests;
+                o.open_requests = r.open_requests;
                 o.step_ms = r.step_ms;
                 s.core->on_verify(o);
                 session_flush(self);
@@ -579,6 +583,7 @@ void session_start(session_ptr self, generate_request& req) {
                             o.next = r.next;
                             o.rng = rng_from_wire(r.rng);
                             o.batch_requests = r.batch_requests;
+                            o.open_requests = r.open_requests;
                             s.core->on_prefill(o);
                             session_flush(self);
                             if (!s.ended) session_step(self);
@@ -676,7 +681,10 @@ std::unique_ptr<Runtime> Runtime::create(caf::actor_system& system, const Runtim
     rt->n_ctx = config.n_ctx > 0 ? std::min(config.n_ctx, n_ctx_train) : n_ctx_train;
     const int threads = config.threads_target > 0 ? config.threads_target : ThreadPool::hardware_threads();
     rt->target_pool = std::make_unique<ThreadPool>(threads);
-    if (rt->draft) rt->draft_pool = std::make_unique<ThreadPool>(config.threads_draft);
+    // The draft gets its own pool, so its phase of some sessions overlaps
+    // the verify phase of others; by default as wide as the target's (when
+    // the phases don't overlap, each gets every core).
+    if (rt->draft) rt->draft_pool = std::make_unique<ThreadPool>(config.threads_draft > 0 ? config.threads_draft : threads);
 
     // KV pools: KV_CACHE_RATIO of the budget, split between target and
     // draft by their bytes per block (both get the same block count), and
@@ -825,6 +833,7 @@ void Runtime::shutdown() {
 StandaloneRuntime::StandaloneRuntime(const RuntimeConfig& config) {
     cfg_ = std::make_unique<caf::actor_system_config>();
     register_types(*cfg_);
+    configure_low_latency(*cfg_);
     system_ = std::make_unique<caf::actor_system>(*cfg_);
     runtime_ = Runtime::create(*system_, config);
 }

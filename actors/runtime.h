@@ -33,6 +33,12 @@ class Tokenizer;
 // the actor_system.
 void register_types(caf::actor_system_config& cfg);
 
+// Recommended scheduler settings for a host system: CAF's default
+// work-stealing workers back off to 10 ms sleeps when idle, which puts up to
+// 10 ms on every hop of a token's propose → verify → emit cycle; the
+// "sharing" policy wakes a worker at once. StandaloneRuntime applies it.
+void configure_low_latency(caf::actor_system_config& cfg);
+
 struct RuntimeCallbacks {
     std::function<void(const token_event&)> on_token;  // called on a CAF worker thread, in order
     std::function<void(const done_event&)> on_done;

@@ -26,10 +26,10 @@ void RuntimeConfig::validate() const {
     check(memory_budget_bytes >= 0, "memory_budget_bytes must be >= 0");
     check(max_waiting >= 0, "max_waiting must be >= 0, got " + std::to_string(max_waiting));
     check(threads_target >= 0 && threads_target <= 256, "threads must be in 0..256, got " + std::to_string(threads_target));
-    check(threads_draft >= 1 && threads_draft <= 256, "threads_draft must be in 1..256, got " + std::to_string(threads_draft));
+    check(threads_draft >= 0 && threads_draft <= 256, "threads_draft must be in 0..256, got " + std::to_string(threads_draft));
     check(prefill_chunk >= 1, "prefill_chunk must be >= 1, got " + std::to_string(prefill_chunk));
     check(max_step_tokens >= 16 && max_step_tokens <= 4096, "batch_size must be in 16..4096, got " + std::to_string(max_step_tokens));
-    check(load_off_at == 0 || load_off_at > load_shrink_from, "spec_off_at must be 0 or greater than spec_shrink_from");
+    check(verify_token_budget >= 0, "spec_token_budget must be >= 0, got " + std::to_string(verify_token_budget));
     check(ngram_min >= 1 && ngram_max >= ngram_min, "ngram_min must be >= 1 and <= ngram_max");
 }
 
@@ -69,8 +69,7 @@ void load_config_json(const std::string& text, RuntimeConfig& c) {
         else if (key == "threads_draft") get_int(c.threads_draft);
         else if (key == "prefill_chunk") get_int(c.prefill_chunk);
         else if (key == "batch_size") get_int(c.max_step_tokens);
-        else if (key == "spec_shrink_from") get_int(c.load_shrink_from);
-        else if (key == "spec_off_at") get_int(c.load_off_at);
+        else if (key == "spec_token_budget") get_int(c.verify_token_budget);
         else if (key == "ngram_min") get_int(c.ngram_min);
         else if (key == "ngram_max") get_int(c.ngram_max);
         else throw Error("config: unknown key \"" + key + "\"");

@@ -23,17 +23,16 @@ struct RuntimeConfig {
     int64_t memory_budget_bytes = 0;   // "memory_budget_bytes": 0: the machine's available RAM
     int32_t max_waiting = 256;         // "max_waiting": requests queued for KV blocks before new ones are refused
     int32_t threads_target = 0;        // "threads": target compute threads; 0: all hardware threads
-    int32_t threads_draft = 1;         // "threads_draft": draft compute threads (a separate partition)
+    int32_t threads_draft = 0;         // "threads_draft": draft compute threads (its own pool); 0: as many as the target's
     int32_t prefill_chunk = 128;       // "prefill_chunk": prompt tokens per verifier step
     int32_t max_step_tokens = 512;     // "batch_size": tokens per verifier step
-    int32_t load_shrink_from = 8;      // "spec_shrink_from": requests per step above which k shrinks
-    int32_t load_off_at = 24;          // "spec_off_at": requests per step from which speculation is off; 0: never
+    int32_t verify_token_budget = 4;   // "spec_token_budget": tokens per verify step the load policy aims at (k <= budget / requests - 1); 0: no cap
     int32_t ngram_min = 1;             // "ngram_min" / "ngram_max": n-gram proposer's match lengths
     int32_t ngram_max = 4;
 
     // specd::Error naming the first bad field and its allowed values.
     void validate() const;
-    LoadPolicy load_policy() const { return LoadPolicy{load_shrink_from, load_off_at}; }
+    LoadPolicy load_policy() const { return LoadPolicy{verify_token_budget}; }
     std::string effective_model_name() const;
 };
 

@@ -196,6 +196,7 @@ void BatchVerifier::step(std::vector<VerifyOutcome>& out) {
             o.request = q.job.request;
             o.tag = q.job.tag;
             o.batch_requests = static_cast<int32_t>(items_.size());
+            o.open_requests = static_cast<int32_t>(requests_.size());
             o.batch_tokens = step_tokens;
             o.step_ms = ms;
             if (q.job.prefill) {

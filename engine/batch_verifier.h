@@ -47,7 +47,8 @@ struct VerifyOutcome {
     int32_t n_accepted = 0;       // drafted tokens accepted
     int32_t next = -1;            // the target's token after them (recovered or bonus); the new pending token
     RngState rng;                 // the request's random state after this job
-    int32_t batch_requests = 0;   // requests in the step that ran this job (the load signal)
+    int32_t batch_requests = 0;   // requests in the step that ran this job
+    int32_t open_requests = 0;    // requests holding a sequence here (the load signal)
     int32_t batch_tokens = 0;     // tokens in that step
     double step_ms = 0.0;         // wall time of that step
 };

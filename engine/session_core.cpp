@@ -5,10 +5,9 @@
 namespace specd {
 
 int32_t LoadPolicy::k_cap(int32_t batch_requests, int32_t draft_max) const {
-    if (off_at <= 0 || batch_requests <= shrink_from) return draft_max;
-    if (batch_requests >= off_at) return 0;
-    const double share = static_cast<double>(off_at - batch_requests) / static_cast<double>(off_at - shrink_from);
-    return std::max<int32_t>(1, static_cast<int32_t>(share * draft_max));
+    if (verify_token_budget <= 0 || batch_requests <= 1) return draft_max;  // alone: nothing to share the step with
+    const int32_t cap = verify_token_budget / std::max(1, batch_requests) - 1;
+    return std::clamp(cap, 0, draft_max);
 }
 
 namespace {
@@ -76,7 +75,7 @@ void SessionCore::emit(int32_t token, bool drafted) {
 void SessionCore::on_prefill(const VerifyOutcome& o) {
     if (!o.ok) throw Error(o.error);
     rng_ = o.rng;
-    last_batch_ = std::max(1, o.batch_requests);
+    last_load_ = std::max({1, o.batch_requests, o.open_requests});
     history_.push_back(o.next);
     emit(o.next, false);
     if (!finished_ && static_cast<int32_t>(history_.size()) > n_ctx_) stop(StopReason::ContextFull);
@@ -90,7 +89,7 @@ int32_t SessionCore::next_k() {
     const int32_t remaining = params_.max_tokens - static_cast<int32_t>(output_.size());
     const int32_t limit = std::max(0, std::min({spec_.draft_max, n_ctx_ - cached - 1, remaining - 1}));
     int32_t k = std::min(controller_.next_k(), limit);
-    const int32_t cap = load_.k_cap(last_batch_, spec_.draft_max);
+    const int32_t cap = load_.k_cap(last_load_, spec_.draft_max);
     if (cap < k) {
         k = cap;
         ++stats_.n_load_capped;
@@ -140,7 +139,7 @@ VerifyJob SessionCore::verify_job(uint64_t request, uint64_t tag) const {
 void SessionCore::on_verify(const VerifyOutcome& o) {
     if (!o.ok) throw Error(o.error);
     rng_ = o.rng;
-    last_batch_ = std::max(1, o.batch_requests);
+    last_load_ = std::max({1, o.batch_requests, o.open_requests});
     const int32_t n_draft = static_cast<int32_t>(draft_.tokens.size());
     const int32_t n_accepted = o.n_accepted;
     ++stats_.n_steps;

@@ -23,13 +23,18 @@
 
 namespace specd {
 
-// Under heavy load a verify step is compute-bound and drafted tokens stop
-// being free: k shrinks linearly from full at `shrink_from` requests per
-// verify step to 0 at `off_at` (vLLM and SGLang users report speculation
-// losing throughput at large batch sizes). The counts are in SpecStats.
+// Under load a verify step stops being memory-bound and drafted tokens stop
+// being nearly free (vLLM and SGLang users report speculation losing
+// throughput at large batch sizes). The policy keeps the tokens one verify
+// step would carry if every running request joined it near a budget: with B
+// requests running (B >= 2), k is capped at budget / B - 1, so k shrinks as
+// the load grows and speculation turns off by itself (k = 0) once B passes
+// budget / 2; a request alone is never capped. The default 4 (measured with
+// stories15M on 2 cores, docs/BENCHMARKS.md) allows k = 1 for two requests
+// and turns speculation off from three.
+// Steps it capped are counted in SpecStats::n_load_capped.
 struct LoadPolicy {
-    int32_t shrink_from = 8;   // requests per step up to which k is not capped
-    int32_t off_at = 24;       // requests per step from which speculation is off; <= 0 disables the policy
+    int32_t verify_token_budget = 4;   // tokens per verify step the policy aims at; <= 0: no cap
     int32_t k_cap(int32_t batch_requests, int32_t draft_max) const;
 };
 
@@ -94,7 +99,7 @@ private:
     std::vector<int32_t> output_;
     Draft draft_;                    // the current step's draft
     double draft_ms_ = 0.0;
-    int32_t last_batch_ = 1;         // requests in the last verify step
+    int32_t last_load_ = 1;          // requests open on the verifier at the last step
     SpecStats stats_;
     bool finished_ = false;
     StopReason stop_ = StopReason::Length;

@@ -274,22 +274,23 @@ private:
                 });
             }
         };
-        cb.on_done = [weak](const done_event& d) {
+        std::shared_ptr<Server::Impl> impl = server_;  // outlives the connection and the Server object
+        cb.on_done = [weak, impl](const done_event& d) {
+            impl->record_done(d);
+            --impl->active_generations;
             if (auto s = weak.lock()) {
                 asio::post(s->ws_.get_executor(), [s, d]() {
-                    s->server_->record_done(d);
                     s->generations_.erase(d.id);
-                    --s->server_->active_generations;
                     s->send(ws_done_frame(d));
                 });
             }
         };
-        cb.on_error = [weak](const error_event& e) {
+        cb.on_error = [weak, impl](const error_event& e) {
+            ++impl->metrics.generations_error;
+            --impl->active_generations;
             if (auto s = weak.lock()) {
                 asio::post(s->ws_.get_executor(), [s, e]() {
-                    ++s->server_->metrics.generations_error;
                     s->generations_.erase(e.id);
-                    --s->server_->active_generations;
                     s->send(ws_error_frame(&e.id, e.code, e.message));
                 });
             }
@@ -438,10 +439,16 @@ private:
         cb.on_token = [weak](const token_event& e) {
             if (auto s = weak.lock()) asio::post(s->stream_.get_executor(), [s, e]() { s->on_token(e); });
         };
-        cb.on_done = [weak](const done_event& d) {
+        // Counted here, not on the strand: the connection may be gone already.
+        std::shared_ptr<Server::Impl> impl = server_;  // outlives the connection and the Server object
+        cb.on_done = [weak, impl](const done_event& d) {
+            impl->record_done(d);
+            --impl->active_generations;
             if (auto s = weak.lock()) asio::post(s->stream_.get_executor(), [s, d]() { s->on_done(d); });
         };
-        cb.on_error = [weak](const error_event& e) {
+        cb.on_error = [weak, impl](const error_event& e) {
+            ++impl->metrics.generations_error;
+            --impl->active_generations;
             if (auto s = weak.lock()) asio::post(s->stream_.get_executor(), [s, e]() { s->on_error(e); });
         };
         if (stream_mode_) {
@@ -455,22 +462,31 @@ private:
             }
         }
         ++server_->active_generations;
+        ++generation_serial_;
         generation_ = server_->runtime.submit(std::move(parsed.request), std::move(cb));
-        // Watch the socket while generating: a client that goes away cancels.
         watch_disconnect();
     }
 
+    // Watches the socket while a generation runs (no read is pending then):
+    // EOF or an error means the client went away, and the generation is
+    // cancelled. The peek is non-blocking; a stale wait from an earlier
+    // generation on this keep-alive connection does nothing.
     void watch_disconnect() {
         auto self = shared_from_this();
-        stream_.socket().async_wait(tcp::socket::wait_read, [self](beast::error_code ec) {
-            if (!self->generation_) return;
+        const uint64_t watched = generation_serial_;
+        stream_.socket().async_wait(tcp::socket::wait_read, [self, watched](beast::error_code ec) {
+            if (!self->generation_ || watched != self->generation_serial_) return;
             char probe;
             beast::error_code rec;
-            const size_t n = ec ? 0 : self->stream_.socket().receive(asio::buffer(&probe, 1), tcp::socket::message_peek, rec);
-            if (ec || rec || n == 0) {
-                self->server_->runtime.cancel(self->generation_);
-                self->client_gone_ = true;
+            size_t n = 0;
+            if (!ec) {
+                self->stream_.socket().non_blocking(true, rec);
+                n = self->stream_.socket().receive(asio::buffer(&probe, 1), tcp::socket::message_peek, rec);
             }
+            if (!ec && rec == asio::error::would_block) return self->watch_disconnect();  // spurious wake-up
+            if (!ec && !rec && n > 0) return;  // the client sent more (a pipelined request): still there
+            self->server_->runtime.cancel(self->generation_);
+            self->client_gone_ = true;
         });
     }
 
@@ -484,8 +500,6 @@ private:
     }
 
     void on_done(const done_event& d) {
-        server_->record_done(d);
-        --server_->active_generations;
         generation_ = session_actor();
         if (client_gone_) return shutdown();
         if (stream_mode_) {
@@ -505,8 +519,6 @@ private:
     }
 
     void on_error(const error_event& e) {
-        ++server_->metrics.generations_error;
-        --server_->active_generations;
         generation_ = session_actor();
         if (client_gone_) return shutdown();
         const int status = e.code == "unknown_model" ? 404 : e.code == "overloaded" ? 429 : e.code == "draining" ? 503
@@ -585,10 +597,26 @@ private:
         });
     }
 
+    // Graceful close: stop sending, then read and discard what the client
+    // still sends (a refused oversized body) until it closes, a cap or a
+    // timeout, so it sees our response instead of a reset.
     void shutdown() {
         beast::error_code ec;
         stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+        drained_ = 0;
+        stream_.expires_after(std::chrono::seconds(5));
+        drain();
     }
+
+    void drain() {
+        drain_buf_.resize(64 * 1024);
+        stream_.async_read_some(asio::buffer(drain_buf_), [self = shared_from_this()](beast::error_code ec, size_t n) {
+            self->drained_ += n;
+            if (ec || self->drained_ > kMaxDrainBytes) return;  // closed, timed out or too much: the socket closes with us
+            self->drain();
+        });
+    }
+    static constexpr size_t kMaxDrainBytes = 64u << 20;  // most bytes read and dropped while closing
 
     beast::tcp_stream stream_;
     std::shared_ptr<Server::Impl> server_;
@@ -599,11 +627,14 @@ private:
     bool upgraded_ = false;
     // The generation in progress on this connection.
     session_actor generation_;
+    uint64_t generation_serial_ = 0;  // bumped per generation (stale disconnect watches compare it)
     bool chat_ = false, stream_mode_ = false, finish_stream_ = false, client_gone_ = false;
     std::string id_, model_, text_;
     int64_t created_ = 0;
     Timing timing_;
     std::deque<std::string> out_;
+    std::vector<char> drain_buf_;
+    size_t drained_ = 0;
 };
 
 }  // namespace

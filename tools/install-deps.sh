@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Installs the Debian packages specd builds and tests with (idempotent; only
-# runs apt-get when something is missing). Needs root or sudo.
+# runs apt-get when something is missing). Needs root or sudo. chromium is for
+# the chat page test, prometheus for promtool (the /metrics format check).
 set -euo pipefail
 packages=(build-essential cmake ninja-build pkg-config catch2 libcli11-dev nlohmann-json3-dev
           libspdlog-dev libfmt-dev clang-14 libclang-rt-14-dev libcaf-dev libboost1.81-dev
-          nodejs npm ca-certificates curl chromium)
+          nodejs npm ca-certificates curl chromium prometheus)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

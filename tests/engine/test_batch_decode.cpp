@@ -301,15 +301,17 @@ TEST_CASE("KV ledger: grants what fits, queues in order, refuses what never fits
     CHECK(ledger.draft_free_blocks() == 4);
 }
 
-TEST_CASE("load policy: k shrinks with the batch and speculation turns off at the threshold", "[batch]") {
-    LoadPolicy p;
-    p.shrink_from = 8;
-    p.off_at = 24;
-    CHECK(p.k_cap(1, 8) == 8);
-    CHECK(p.k_cap(8, 8) == 8);
-    CHECK(p.k_cap(16, 8) == 4);
-    CHECK(p.k_cap(23, 8) >= 1);
-    CHECK(p.k_cap(24, 8) == 0);
-    p.off_at = 0;
+TEST_CASE("load policy: k shrinks as the load grows and speculation turns off past half the token budget", "[batch]") {
+    LoadPolicy p;  // default budget 4
+    CHECK(p.k_cap(1, 8) == 8);   // alone: never capped
+    CHECK(p.k_cap(2, 8) == 1);
+    CHECK(p.k_cap(3, 8) == 0);
+    CHECK(p.k_cap(64, 8) == 0);
+    p.verify_token_budget = 16;
+    CHECK(p.k_cap(2, 8) == 7);
+    CHECK(p.k_cap(4, 8) == 3);
+    CHECK(p.k_cap(8, 8) == 1);
+    CHECK(p.k_cap(9, 8) == 0);
+    p.verify_token_budget = 0;
     CHECK(p.k_cap(100, 8) == 8);
 }

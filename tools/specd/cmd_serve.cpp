@@ -5,6 +5,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <csignal>
+#include <cstdlib>
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -43,6 +44,8 @@ void add_runtime_flags(CLI::App* c, RuntimeConfig& rc) {
     c->add_option("--threads-draft", rc.threads_draft, "draft compute threads")->capture_default_str();
     c->add_option("--kv-cache-ratio", rc.kv_cache_ratio, "KV_CACHE_RATIO of the memory budget for the KV pools")->capture_default_str();
     c->add_option("--memory-budget", rc.memory_budget_bytes, "memory budget in bytes (0: available RAM)")->capture_default_str();
+    c->add_option("--spec-token-budget", rc.verify_token_budget, "load policy: tokens per verify step (k <= budget / requests - 1); 0: off")
+        ->capture_default_str();
 }
 
 void run_serve(ServeOptions& o) {
@@ -145,6 +148,8 @@ LoadResult run_load(Runtime& rt, int concurrency, int n, bool spec) {
 void run_bench_concurrency(const std::string& target, const std::string& draft, const std::vector<int>& levels, int n, int reps,
                            int threads) {
     RuntimeConfig rc;
+    apply_environment(rc);
+    if (const char* b = std::getenv("SPECD_SPEC_TOKEN_BUDGET")) rc.verify_token_budget = std::atoi(b);
     rc.target_model = target;
     rc.draft_model = draft;
     rc.threads_target = threads;

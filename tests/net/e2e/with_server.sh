@@ -3,12 +3,13 @@
 # one end-to-end client script against it (tests/net/e2e/run.sh), stops the
 # server, and exits with the script's status (77 = skipped).
 #   with_server.sh SPECD_BINARY MODELS_DIR SCRIPT.test.mjs ws|http [extra args]
+# SPECD_SERVE_ARGS: extra flags for the server (e.g. "--api-key KEY").
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 specd=$1 models=$2 script=$3 scheme=$4
 shift 4
 log=$(mktemp)
-"$specd" serve -m "$models/stories15M-f32.gguf" --model-draft "$models/stories15M-q8_0.gguf" --port 0 >"$log" 2>&1 &
+"$specd" serve -m "$models/stories15M-f32.gguf" --model-draft "$models/stories15M-q8_0.gguf" --port 0 ${SPECD_SERVE_ARGS:-} >"$log" 2>&1 &
 pid=$!
 trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -f "$log"' EXIT
 url=""
