@@ -176,7 +176,8 @@ TEST_CASE("batched sampled decoding draws the same tokens as the single-sequence
         SpeculativeDecoder single(fwd, single_kv, &proposer);
         refs.push_back(single.generate(ids, gp, sp).tokens);
         Driven d;
-        d.core = std::make_unique<SessionCore>(tok, ids, gp, sp, true, n_ctx);
+        // No load cap either: k must be the same sequence as the single decoder's.
+        d.core = std::make_unique<SessionCore>(tok, ids, gp, sp, true, n_ctx, LoadPolicy{0});
         d.start_round = static_cast<int>(i);
         sessions.push_back(std::move(d));
     }
