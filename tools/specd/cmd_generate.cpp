@@ -146,6 +146,8 @@ struct BenchOptions {
     bool bandwidth = false;
     std::vector<int> concurrency;   // --concurrency: the in-process runtime under load instead
     std::string draft_model;        // -md with --concurrency
+    std::string url;                // --url: load a running server (ws:// or http://), or "self"
+    std::string api_key;            // --api-key for --url
 };
 
 struct Stat {
@@ -281,7 +283,7 @@ void register_generate_commands(CLI::App& app) {
 
     auto bench = std::make_shared<BenchOptions>();
     CLI::App* b = app.add_subcommand("bench", "measure prompt processing (pp) and generation (tg) speed");
-    b->add_option("-m,--model", bench->models, "GGUF model file(s)")->required()->delimiter(',');
+    b->add_option("-m,--model", bench->models, "GGUF model file(s)")->delimiter(',');
     b->add_option("-t,--threads", bench->threads, "thread counts, e.g. 1,2")->delimiter(',')->capture_default_str();
     b->add_option("-p,--n-prompt", bench->n_prompt, "prompt tokens for the pp test; 0 = skip")->capture_default_str();
     b->add_option("-n,--n-gen", bench->n_gen, "generated tokens for the tg test; 0 = skip")->capture_default_str();
@@ -290,8 +292,17 @@ void register_generate_commands(CLI::App& app) {
     b->add_flag("--bandwidth", bench->bandwidth, "also measure DRAM read bandwidth and the tg bound it implies");
     b->add_option("--concurrency", bench->concurrency, "concurrent sessions through the actor runtime, e.g. 1,4,16,64")->delimiter(',');
     b->add_option("--model-draft", bench->draft_model, "draft model for --concurrency (default: n-gram)");
+    b->add_option("--url", bench->url, "load a running server: ws://HOST:PORT or http://HOST:PORT; \"self\": start one in-process and compare");
+    b->add_option("--api-key", bench->api_key, "API key for --url");
     b->callback([bench] {
+        if (!bench->url.empty()) {
+            const std::vector<int> levels = bench->concurrency.empty() ? std::vector<int>{1, 4, 16} : bench->concurrency;
+            const int n = bench->n_gen > 0 ? bench->n_gen : 128;
+            return run_bench_net(bench->url, bench->models.empty() ? "" : bench->models.at(0), bench->draft_model, levels, n,
+                                 bench->repetitions, bench->threads.front(), bench->api_key);
+        }
         if (!bench->concurrency.empty()) {
+            if (bench->models.empty()) throw Error("bench: --concurrency needs -m TARGET");
             const int n = bench->n_gen > 0 ? bench->n_gen : 128;
             return run_bench_concurrency(bench->models.at(0), bench->draft_model, bench->concurrency, n, bench->repetitions,
                                          bench->threads.front());

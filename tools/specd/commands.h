@@ -16,6 +16,9 @@ void register_generate_commands(CLI::App& app);  // generate, bench (cmd_generat
 void register_bench_spec_command(CLI::App& app); // bench-spec (cmd_bench_spec.cpp)
 void register_serve_command(CLI::App& app);      // serve (cmd_serve.cpp)
 // `specd bench --concurrency`: the in-process runtime under load (cmd_serve.cpp).
+// `specd bench --url`: load over the network front end (cmd_bench_net.cpp).
+void run_bench_net(const std::string& url, const std::string& target, const std::string& draft, const std::vector<int>& levels, int n,
+                   int reps, int threads, const std::string& api_key);
 void run_bench_concurrency(const std::string& target, const std::string& draft, const std::vector<int>& levels, int n, int reps,
                            int threads);
 
