@@ -270,7 +270,7 @@ private:
                 asio::post(s->ws_.get_executor(), [s, e]() {
                     auto it = s->generations_.find(e.id);
                     if (it != s->generations_.end()) it->second.timing.on_tokens(s->server_->metrics, e.tokens.size());
-                    s->send(ws_token_frame(e));
+                    s->send_tokens(e);
                 });
             }
         };
@@ -301,8 +301,28 @@ private:
         generations_.emplace(id, std::move(g));
     }
 
+    // Token frames for a slow reader are coalesced: once the queue holds
+    // kCoalesceAfter frames, a token event for the generation whose token
+    // frame is last in the queue (and not being written) is merged into it.
+    void send_tokens(const token_event& e) {
+        if (closing_) return;
+        if (queue_.size() >= kCoalesceAfter && queue_.size() >= 2 && last_token_.id == e.id && last_token_valid_) {
+            last_token_.tokens.insert(last_token_.tokens.end(), e.tokens.begin(), e.tokens.end());
+            last_token_.from_draft.insert(last_token_.from_draft.end(), e.from_draft.begin(), e.from_draft.end());
+            last_token_.text += e.text;
+            queue_.back() = ws_token_frame(last_token_);
+            ++coalesced_;
+            return;
+        }
+        send(ws_token_frame(e));
+        last_token_ = e;
+        last_token_valid_ = true;
+    }
+    static constexpr size_t kCoalesceAfter = 64;  // queued frames before token frames are merged
+
     void send(std::string frame) {
         if (closing_) return;
+        last_token_valid_ = false;  // whatever is queued last now, it is not that token frame
         if (queue_.size() >= server_->opt.max_queued_frames) {
             queue_.clear();
             close(websocket::close_code::try_again_later, "the client reads too slowly; its send queue overflowed");
@@ -313,6 +333,7 @@ private:
     }
 
     void do_write() {
+        if (queue_.size() == 1) last_token_valid_ = false;  // the frame going out can no longer grow
         ws_.text(true);
         ws_.async_write(asio::buffer(queue_.front()), beast::bind_front_handler(&WsSession::on_write, shared_from_this()));
     }
@@ -339,6 +360,9 @@ private:
     std::deque<std::string> queue_;
     std::unordered_map<std::string, Generation> generations_;
     bool closing_ = false;
+    token_event last_token_;        // the token frame last in queue_, while last_token_valid_
+    bool last_token_valid_ = false;
+    uint64_t coalesced_ = 0;        // token events merged into queued frames
 };
 
 // ----------------------------------------------------------------- http ---
