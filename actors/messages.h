@@ -31,6 +31,7 @@ struct generate_request {
     std::string model;                    // the model name; empty: the runtime's model
     std::string prompt;                   // text, tokenized with BOS
     std::vector<int32_t> prompt_tokens;   // or token ids (BOS included if wanted)
+    bool parse_special = false;           // special-token texts in the prompt become those tokens (chat templates)
     int32_t max_tokens = 128;             // new tokens at most (>= 1)
     SamplingParams sampling;              // llama.cpp's defaults
     bool stop_at_eos = true;
@@ -149,7 +150,7 @@ typename Inspector::result_type inspect(Inspector& f, SamplingParams& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, generate_request& x) {
-    return f(caf::meta::type_name("specd::generate_request"), x.id, x.model, x.prompt, x.prompt_tokens, x.max_tokens, x.sampling,
+    return f(caf::meta::type_name("specd::generate_request"), x.id, x.model, x.prompt, x.prompt_tokens, x.parse_special, x.max_tokens, x.sampling,
              x.stop_at_eos, x.speculative, x.draft_max, x.adaptive, x.timeout_ms);
 }
 template <class Inspector>

@@ -527,7 +527,7 @@ void session_start(session_ptr self, generate_request& req) {
     const Tokenizer& tok = rt.target->tokenizer();
     if (prompt.empty()) {
         if (req.prompt.empty()) return session_fail(self, "invalid_request", "the prompt is empty");
-        prompt = tok.encode(req.prompt, true);
+        prompt = tok.encode(req.prompt, true, req.parse_special);
     }
     for (int32_t t : prompt) {
         if (t < 0 || t >= tok.n_vocab())

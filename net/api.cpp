@@ -77,7 +77,12 @@ ParsedRequest parse_generation(const json& body, ApiKind kind, const RequestLimi
             out.messages.emplace_back(role, msg["content"].get<std::string>());
         }
         out.chat = true;
-        r.prompt = render_chat(render_ctx, out.messages);
+        try {
+            r.prompt = render_chat(render_ctx, out.messages);
+        } catch (const std::exception& e) {
+            bad("messages", e.what());
+        }
+        r.parse_special = true;  // the template writes its special tokens as text
         if (r.prompt.empty()) bad("messages", "the rendered prompt is empty");
     }
 

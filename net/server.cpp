@@ -17,6 +17,7 @@
 #include <boost/beast/websocket.hpp>
 
 #include "actors/runtime.h"
+#include "engine/chat_template.h"
 #include "engine/tokenizer.h"
 #include "net/chat_page.h"
 
@@ -86,9 +87,10 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     std::atomic<bool> stopped{false};
     uint16_t bound_port = 0;
     Metrics metrics;
-    std::string chat_template_text;
+    ChatTemplate chat_template;  // the model's, or the plain fallback
 
-    Impl(Runtime& rt, ServerOptions o) : runtime(rt), opt(std::move(o)), chat_template_text(rt.chat_template_text()) {}
+    Impl(Runtime& rt, ServerOptions o)
+        : runtime(rt), opt(std::move(o)), chat_template(ChatTemplate::from_gguf_template(rt.chat_template_text())) {}
 
     void do_accept();
     bool authorised(const http::request<http::string_body>& req) const;
@@ -126,46 +128,18 @@ struct Timing {
     }
 };
 
-std::string render_chat_messages(const void* ctx, const std::vector<std::pair<std::string, std::string>>& messages);
-
 struct ChatContext {
-    const std::string* template_text;
+    const ChatTemplate* chat_template;
 };
 
-// The model's chat template when recognised by its text; the plain
-// transcript for base models (stories15M has no template).
+// Renders with the model's tokenizer.chat_template when its text is
+// recognised (engine/chat_template: llama.cpp's detection), else the plain
+// transcript for base models such as stories15M.
 std::string render_chat_messages(const void* ctx, const std::vector<std::pair<std::string, std::string>>& messages) {
-    const std::string& t = *static_cast<const ChatContext*>(ctx)->template_text;
-    std::string out;
-    if (t.find("<|im_start|>") != std::string::npos) {
-        for (const auto& [role, content] : messages) out += "<|im_start|>" + role + "\n" + content + "<|im_end|>\n";
-        return out + "<|im_start|>assistant\n";
-    }
-    if (t.find("<|start_header_id|>") != std::string::npos) {
-        for (const auto& [role, content] : messages) out += "<|start_header_id|>" + role + "<|end_header_id|>\n\n" + content + "<|eot_id|>";
-        return out + "<|start_header_id|>assistant<|end_header_id|>\n\n";
-    }
-    if (t.find("[INST]") != std::string::npos) {
-        std::string system;
-        bool first = true;
-        for (const auto& [role, content] : messages) {
-            if (role == "system") {
-                system = "<<SYS>>\n" + content + "\n<</SYS>>\n\n";
-            } else if (role == "user") {
-                out += std::string(first ? "" : "<s>") + "[INST] " + (first ? system : "") + content + " [/INST]";
-                first = false;
-            } else {
-                out += " " + content + " </s>";
-            }
-        }
-        return out;
-    }
-    // Plain: the contents as paragraphs, for a base model to continue.
-    for (const auto& [role, content] : messages) {
-        if (!out.empty()) out += "\n\n";
-        out += content;
-    }
-    return out;
+    std::vector<ChatMessage> msgs;
+    msgs.reserve(messages.size());
+    for (const auto& [role, content] : messages) msgs.push_back(ChatMessage{role, content});
+    return static_cast<const ChatContext*>(ctx)->chat_template->render(msgs, true);
 }
 
 // ------------------------------------------------------------ websocket ---
@@ -253,7 +227,7 @@ private:
         if (server_->draining) return send(ws_error_frame(idp, "draining", "the server is draining; retry on another instance"));
         ParsedRequest parsed;
         try {
-            ChatContext ctx{&server_->chat_template_text};
+            ChatContext ctx{&server_->chat_template};
             parsed = parse_generation(msg, ApiKind::WebSocket, server_->opt.limits, render_chat_messages, &ctx);
         } catch (const ApiError& e) {
             return send(ws_error_frame(idp, e.code, e.message));
@@ -446,7 +420,7 @@ private:
         ParsedRequest parsed;
         try {
             json body = parse_json(req_.body());
-            ChatContext ctx{&server_->chat_template_text};
+            ChatContext ctx{&server_->chat_template};
             parsed = parse_generation(body, chat ? ApiKind::Chat : ApiKind::Completion, server_->opt.limits, render_chat_messages, &ctx);
         } catch (const ApiError& e) {
             return reply_error(e.status, e.code, e.message, e.param);
