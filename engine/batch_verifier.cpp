@@ -137,7 +137,8 @@ void BatchVerifier::step(std::vector<VerifyOutcome>& out) {
     int32_t rows_left = fwd_.options().max_logit_rows;
     int32_t prefill_left = options_.prefill_chunk_tokens;
     int32_t rows = 0;
-    std::vector<size_t> failed;  // queue indices that failed before the forward
+    std::vector<size_t>& failed = failed_;  // queue indices that failed before the forward
+    failed.clear();
     // Verifications first (they are short and someone is waiting on each
     // token), then prompt chunks with what is left of the budget.
     for (int pass = 0; pass < 2; ++pass) {
@@ -175,7 +176,8 @@ void BatchVerifier::step(std::vector<VerifyOutcome>& out) {
         }
     }
 
-    std::vector<char> done(queue_.size(), 0);
+    std::vector<char>& done = done_;  // (queue) 1: finished this step
+    done.assign(queue_.size(), 0);
     for (size_t i : failed) {
         const Queued& q = queue_[i];
         out.push_back(fail(q.job, "KV cache full: no free block for request " + std::to_string(q.job.request), true));

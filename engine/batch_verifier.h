@@ -108,6 +108,8 @@ private:
     std::vector<int32_t> item_row_;    // (items) first logit row
     std::vector<int32_t> item_len_;    // (items) tokens
     std::vector<TokenProb> q_;         // target distribution scratch
+    std::vector<size_t> failed_;       // (queue) scratch: jobs whose blocks could not be reserved
+    std::vector<char> done_;           // (queue) scratch: jobs finished this step
 };
 
 }  // namespace specd
