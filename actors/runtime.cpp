@@ -443,20 +443,23 @@ void session_flush(session_ptr self) {
 
 void session_step(session_ptr self);
 
-void session_verify(session_ptr self) {
+// Sends one job (the prefill, or [pending, drafts]) to the verifier and
+// feeds its outcome to the core; then the next step.
+void session_run_job(session_ptr self, VerifyJob job) {
     auto& s = self->state;
-    VerifyJob job = s.core->verify_job(s.request, 0);
     verify_msg m;
     m.request = s.request;
+    m.prefill = job.prefill;
     m.tokens = std::move(job.tokens);
     m.n_draft = job.n_draft;
     m.has_probs = job.draft_has_probs;
     if (job.draft_has_probs) m.probs = pack_probs(job.draft_probs);
     m.sampling = job.sampling;
     m.rng = rng_to_wire(job.rng);
+    const bool prefill = job.prefill;
     self->request(s.rt->current_verifier(), caf::infinite, std::move(m))
         .then(
-            [self](verify_result& r) {
+            [self, prefill](verify_result& r) {
                 auto& s = self->state;
                 if (s.ended) return;
                 if (!r.ok) return session_fail(self, r.kv_full ? "overloaded" : "internal", r.error);
@@ -467,7 +470,8 @@ void session_verify(session_ptr self) {
                 o.batch_requests = r.batch_requests;
                 o.open_requests = r.open_requests;
                 o.step_ms = r.step_ms;
-                s.core->on_verify(o);
+                if (prefill) s.core->on_prefill(o);
+                else s.core->on_verify(o);
                 session_flush(self);
                 if (!s.ended) session_step(self);
             },
@@ -475,6 +479,8 @@ void session_verify(session_ptr self) {
                 session_fail(self, "internal", "the verifier failed: " + self->system().render(e));
             });
 }
+
+void session_verify(session_ptr self) { session_run_job(self, self->state.core->verify_job(self->state.request, 0)); }
 
 void session_step(session_ptr self) {
     auto& s = self->state;
@@ -566,31 +572,7 @@ void session_start(session_ptr self, generate_request& req) {
                 if (s.ended) return;
                 if (!g.ok) return session_fail(self, "overloaded", g.error);
                 s.kv_held = true;
-                VerifyJob job = s.core->prefill_job(s.request, 0);
-                verify_msg m;
-                m.request = s.request;
-                m.prefill = true;
-                m.tokens = std::move(job.tokens);
-                m.sampling = job.sampling;
-                m.rng = rng_to_wire(job.rng);
-                self->request(s.rt->current_verifier(), caf::infinite, std::move(m))
-                    .then(
-                        [self](verify_result& r) {
-                            auto& s = self->state;
-                            if (s.ended) return;
-                            if (!r.ok) return session_fail(self, r.kv_full ? "overloaded" : "internal", r.error);
-                            VerifyOutcome o;
-                            o.next = r.next;
-                            o.rng = rng_from_wire(r.rng);
-                            o.batch_requests = r.batch_requests;
-                            o.open_requests = r.open_requests;
-                            s.core->on_prefill(o);
-                            session_flush(self);
-                            if (!s.ended) session_step(self);
-                        },
-                        [self](caf::error& e) {
-                            session_fail(self, "internal", "the verifier failed: " + self->system().render(e));
-                        });
+                session_run_job(self, s.core->prefill_job(s.request, 0));
             },
             [self](caf::error& e) { session_fail(self, "internal", "the KV cache manager failed: " + self->system().render(e)); });
 }

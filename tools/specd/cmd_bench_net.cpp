@@ -65,6 +65,15 @@ struct Sample {
     int errors = 0;
 };
 
+// Adds one client's figures to the level's.
+void merge(Sample& out, const Sample& local, std::mutex& mu) {
+    std::lock_guard<std::mutex> lock(mu);
+    out.ttft_ms.insert(out.ttft_ms.end(), local.ttft_ms.begin(), local.ttft_ms.end());
+    out.itl_ms.insert(out.itl_ms.end(), local.itl_ms.begin(), local.itl_ms.end());
+    out.tokens += local.tokens;
+    out.errors += local.errors;
+}
+
 json request_body(int i, int n, bool spec) {
     static const char* prompts[] = {"Once upon a time", "Lily and Ben went to the park.", "One day, a little girl named Sue found a shiny rock.",
                                     "The sun was hot", "Max the dog liked to run", "Anna saw a big bird in the tree. She"};
@@ -109,11 +118,7 @@ void ws_client(const Url& url, const std::string& key, int i, int n, bool spec, 
         }
         beast::error_code ec;
         ws.close(websocket::close_code::normal, ec);
-        std::lock_guard<std::mutex> lock(mu);
-        out.ttft_ms.insert(out.ttft_ms.end(), local.ttft_ms.begin(), local.ttft_ms.end());
-        out.itl_ms.insert(out.itl_ms.end(), local.itl_ms.begin(), local.itl_ms.end());
-        out.tokens += local.tokens;
-        out.errors += local.errors;
+        merge(out, local, mu);
     } catch (const std::exception& e) {
         std::lock_guard<std::mutex> lock(mu);
         ++out.errors;
@@ -172,11 +177,7 @@ void http_client(const Url& url, const std::string& key, int i, int n, bool spec
                 last = now;
             }
         }
-        std::lock_guard<std::mutex> lock(mu);
-        out.ttft_ms.insert(out.ttft_ms.end(), local.ttft_ms.begin(), local.ttft_ms.end());
-        out.itl_ms.insert(out.itl_ms.end(), local.itl_ms.begin(), local.itl_ms.end());
-        out.tokens += local.tokens;
-        out.errors += local.errors;
+        merge(out, local, mu);
     } catch (const std::exception& e) {
         std::lock_guard<std::mutex> lock(mu);
         ++out.errors;
