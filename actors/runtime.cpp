@@ -14,6 +14,7 @@
 #include "engine/batch_verifier.h"
 #include "engine/kv_ledger.h"
 #include "engine/model.h"
+#include "engine/model_integrity.h"
 #include "engine/session_core.h"
 #include "engine/thread_pool.h"
 
@@ -94,6 +95,12 @@ struct RuntimeShared {
     std::atomic<uint64_t> next_request{1};
     std::atomic<int32_t> active{0};
     std::atomic<int32_t> verifier_restarts{0};
+    // The defaults for requests that don't say, switchable while serving
+    // (set_speculation); they start as the config's.
+    std::atomic<bool> spec_enabled{true};
+    std::atomic<int32_t> spec_draft_max{8};
+    std::atomic<bool> spec_adaptive{true};
+    std::string draft_load_error;  // set once in create(): why the configured draft is not loaded
 
     verifier_actor current_verifier() const {
         std::lock_guard<std::mutex> lock(mu);
@@ -550,9 +557,9 @@ void session_start(session_ptr self, generate_request& req) {
     gp.sampling = req.sampling;
     gp.stop_at_eos = req.stop_at_eos;
     SpeculativeParams sp;
-    sp.draft_max = req.draft_max >= 0 ? req.draft_max : rt.config.draft_max;
-    sp.adaptive = req.adaptive >= 0 ? req.adaptive != 0 : rt.config.adaptive;
-    const bool speculative = req.speculative >= 0 ? req.speculative != 0 : rt.config.enable_speculative;
+    sp.draft_max = req.draft_max >= 0 ? req.draft_max : rt.spec_draft_max.load();
+    sp.adaptive = req.adaptive >= 0 ? req.adaptive != 0 : rt.spec_adaptive.load();
+    const bool speculative = req.speculative >= 0 ? req.speculative != 0 : rt.spec_enabled.load();
     try {
         s.core = std::make_unique<SessionCore>(tok, std::move(prompt), gp, sp, speculative, rt.n_ctx, rt.config.load_policy());
     } catch (const Error& e) {
@@ -654,10 +661,24 @@ std::unique_ptr<Runtime> Runtime::create(caf::actor_system& system, const Runtim
     auto rt = std::make_shared<RuntimeShared>();
     rt->config = config;
     rt->system = &system;
+    rt->spec_enabled = config.enable_speculative;
+    rt->spec_draft_max = config.draft_max;
+    rt->spec_adaptive = config.adaptive;
+    // Structure (a truncated download fails here) and, when known, the hash.
+    verify_model_file(config.target_model, config.target_sha256);
     rt->target = LlamaModel::load(config.target_model);
     if (!config.draft_model.empty()) {
-        rt->draft = LlamaModel::load(config.draft_model);
-        check_vocab_compatible(*rt->target, *rt->draft);
+        try {
+            verify_model_file(config.draft_model, config.draft_sha256);
+            rt->draft = LlamaModel::load(config.draft_model);
+            check_vocab_compatible(*rt->target, *rt->draft);
+        } catch (const Error& e) {
+            if (config.require_draft) throw Error(std::string("draft model (require_draft is set): ") + e.what());
+            // Serve anyway, without speculation: the guide's rollback state.
+            rt->draft.reset();
+            rt->draft_load_error = e.what();
+            rt->spec_enabled = false;
+        }
     }
     const int32_t n_ctx_train = rt->target->hparams().n_ctx_train;
     rt->n_ctx = config.n_ctx > 0 ? std::min(config.n_ctx, n_ctx_train) : n_ctx_train;
@@ -780,6 +801,18 @@ verifier_actor Runtime::verifier() const { return shared_->current_verifier(); }
 draft_actor Runtime::drafter() const { return shared_->current_drafter(); }
 int32_t Runtime::verifier_restarts() const { return shared_->verifier_restarts; }
 bool Runtime::draining() const { return shared_->draining; }
+const std::string& Runtime::draft_load_error() const { return shared_->draft_load_error; }
+
+void Runtime::set_speculation(const SpeculationSettings& s) {
+    if (s.draft_max < 0 || s.draft_max > 64) throw Error("draft_max must be in 0..64, got " + std::to_string(s.draft_max));
+    shared_->spec_enabled = s.enabled;
+    shared_->spec_draft_max = s.draft_max;
+    shared_->spec_adaptive = s.adaptive;
+}
+
+SpeculationSettings Runtime::speculation() const {
+    return SpeculationSettings{shared_->spec_enabled.load(), shared_->spec_draft_max.load(), shared_->spec_adaptive.load()};
+}
 
 void Runtime::shutdown() {
     if (shared_->stopping.exchange(true)) return;

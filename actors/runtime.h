@@ -55,12 +55,25 @@ struct GenerateResult {
     int32_t token_events = 0;          // token events received
 };
 
+// The speculation defaults for requests that don't set their own; a
+// request's own "speculative" settings always win.
+struct SpeculationSettings {
+    bool enabled = true;    // speculate (config: ENABLE_SPECULATIVE_DECODING)
+    int32_t draft_max = 8;  // tokens drafted per step at most, 0..64 (MAX_DRAFT_TOKENS)
+    bool adaptive = true;   // per-request draft length from measured acceptance
+};
+
 struct RuntimeShared;  // internal
 
 class Runtime {
 public:
-    // Loads the models named by `config` (specd::Error on a bad config or
-    // model file) and spawns the runtime's actors in `system`.
+    // Checks and loads the models named by `config` and spawns the
+    // runtime's actors in `system`. specd::Error on a bad config or target
+    // file (truncated, sha256 mismatch: see engine/model_integrity.h). A
+    // draft that fails the same checks or doesn't match the target's
+    // vocabulary is an error only with config.require_draft; otherwise the
+    // runtime starts without it, speculation off, and draft_load_error()
+    // says why.
     static std::unique_ptr<Runtime> create(caf::actor_system& system, const RuntimeConfig& config);
     ~Runtime();
     Runtime(const Runtime&) = delete;
@@ -91,6 +104,13 @@ public:
     draft_actor drafter() const;
     // How many times the verifier was restarted.
     int32_t verifier_restarts() const;
+
+    // Why the configured draft model is not loaded ("" when it is, or none was configured).
+    const std::string& draft_load_error() const;
+    // Switches the defaults for new requests at run time (running ones keep
+    // theirs); specd::Error for a draft_max outside 0..64.
+    void set_speculation(const SpeculationSettings& settings);
+    SpeculationSettings speculation() const;
 
     // Stops accepting (new requests get error "draining"), cancels running
     // ones, stops the actors. Idempotent; the destructor calls it.

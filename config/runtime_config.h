@@ -1,34 +1,79 @@
-// One configuration for the runtime, with the deployment guide's names and
-// defaults. Loading from a JSON file and from environment variables lives
-// here too; each field documents its default and its key.
+// One configuration for specd, with the deployment guide's names and
+// defaults. Every field has one entry in config_fields(): its JSON key, its
+// environment variable, its command-line flag and its allowed values.
+//
+// Loading order, later wins: built-in defaults, a JSON file (--config FILE
+// or SPECD_CONFIG), the environment, command-line flags. ConfigLoader keeps
+// where each value came from (`specd config` prints it).
+//
+//   ConfigLoader loader;                      // defaults
+//   loader.load_file("specd.json");           // keys as below (or their env names)
+//   loader.load_environment();                // MAIN_MODEL_PATH, MAX_DRAFT_TOKENS, ...
+//   loader.set("draft_max", "4", "flag --draft-max");
+//   RuntimeConfig cfg = loader.finish();      // cross-field checks, paths exist
+//
+// Every bad value throws specd::Error with one line naming the key, the
+// value, where it came from and what is allowed, e.g.
+//   config: draft_max = 99 (from env MAX_DRAFT_TOKENS): must be an integer in 0..64
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "engine/session_core.h"
 
 namespace specd {
 
 struct RuntimeConfig {
-    std::string target_model;          // "model": path of the target GGUF (required)
-    std::string draft_model;           // "model_draft": path of the draft GGUF; empty: the n-gram proposer drafts
-    std::string model_name;            // "model_name": the name clients use; default: the target file's stem
-    bool enable_speculative = true;    // ENABLE_SPECULATIVE_DECODING: the default for requests that don't say
-    int32_t draft_max = 8;             // MAX_DRAFT_TOKENS: tokens drafted per step at most (4-8 recommended)
-    bool adaptive = true;              // "adaptive": per-request draft length from measured acceptance and cost
-    int32_t n_ctx = 0;                 // "ctx_size": context per request; 0: the model's training context
-    int32_t max_sequences = 64;        // "max_sequences": requests decoding at once (KV sequence slots)
-    double kv_cache_ratio = 0.85;      // KV_CACHE_RATIO: share of the memory budget the KV pools may take
-    int64_t memory_budget_bytes = 0;   // "memory_budget_bytes": 0: the machine's available RAM
-    int32_t max_waiting = 256;         // "max_waiting": requests queued for KV blocks before new ones are refused
-    int32_t threads_target = 0;        // "threads": target compute threads; 0: all hardware threads
-    int32_t threads_draft = 0;         // "threads_draft": draft compute threads (its own pool); 0: as many as the target's
-    int32_t prefill_chunk = 128;       // "prefill_chunk": prompt tokens per verifier step
-    int32_t max_step_tokens = 512;     // "batch_size": tokens per verifier step
-    int32_t verify_token_budget = 4;   // "spec_token_budget": tokens per verify step the load policy aims at (k <= budget / requests - 1); 0: no cap
-    int32_t ngram_min = 1;             // "ngram_min" / "ngram_max": n-gram proposer's match lengths
-    int32_t ngram_max = 4;
+    // ---- models (JSON key / environment variable)
+    std::string target_model;          // "model" / MAIN_MODEL_PATH: the target GGUF (required; must exist)
+    std::string draft_model;           // "model_draft" / DRAFT_MODEL_PATH: the draft GGUF; empty: the n-gram proposer drafts
+    std::string target_sha256;         // "model_sha256" / MAIN_MODEL_SHA256: expected sha256 (64 hex); empty: MODEL.sha256 if present
+    std::string draft_sha256;          // "model_draft_sha256" / DRAFT_MODEL_SHA256: the same for the draft
+    std::string model_name;            // "model_name" / SPECD_MODEL_NAME: the name clients use; empty: the target file's stem
+    bool require_draft = false;        // "require_draft" / SPECD_REQUIRE_DRAFT: refuse to start when the draft can't be loaded
+                                       //   (false: start in plain mode and say so)
+    // ---- speculation
+    bool enable_speculative = true;    // "speculative" / ENABLE_SPECULATIVE_DECODING: the default for requests that don't say
+    int32_t draft_max = 8;             // "draft_max" / MAX_DRAFT_TOKENS: tokens drafted per step at most (4-8 recommended)
+    bool adaptive = true;              // "adaptive" / SPECD_ADAPTIVE_DRAFT: per-request draft length from measured acceptance and cost
+    int32_t verify_token_budget = 4;   // "spec_token_budget" / SPECD_SPEC_TOKEN_BUDGET: tokens per verify step the load policy
+                                       //   aims at (k <= budget / requests - 1); 0: no cap
+    int32_t ngram_min = 1;             // "ngram_min" / SPECD_NGRAM_MIN: n-gram proposer's shortest match
+    int32_t ngram_max = 4;             // "ngram_max" / SPECD_NGRAM_MAX: and longest
+    // ---- capacity
+    int32_t n_ctx = 0;                 // "ctx_size" / SPECD_CTX_SIZE: context per request; 0: the model's training context
+    int32_t max_sequences = 64;        // "max_sessions" / SPECD_MAX_SESSIONS: requests decoding at once (KV sequence slots)
+    int32_t max_waiting = 256;         // "queue_length" / SPECD_QUEUE_LENGTH: requests queued for KV blocks before new ones are refused
+    double kv_cache_ratio = 0.85;      // "kv_cache_ratio" / KV_CACHE_RATIO: share of the memory budget the KV pools may take
+    int64_t memory_budget_bytes = 0;   // "memory_budget_bytes" / SPECD_MEMORY_BUDGET: 0: the machine's available RAM
+    int32_t threads_target = 0;        // "threads" / SPECD_THREADS: target compute threads; 0: all hardware threads
+    int32_t threads_draft = 0;         // "threads_draft" / SPECD_THREADS_DRAFT: draft compute threads (its own pool); 0: as the target's
+    int32_t prefill_chunk = 128;       // "prefill_chunk" / SPECD_PREFILL_CHUNK: prompt tokens per verifier step
+    int32_t max_step_tokens = 512;     // "batch_size" / SPECD_BATCH_SIZE: tokens per verifier step
+    // ---- front end (read by `specd serve`; the embedded runtime ignores them)
+    std::string host = "127.0.0.1";    // "host" / SPECD_HOST: address to listen on (0.0.0.0 in containers)
+    int32_t port = 8080;               // "port" / SPECD_PORT: 0 picks a free port
+    std::string api_key;               // "api_key" / SPECD_API_KEY: "Authorization: Bearer KEY" on all but /health; empty: open
+    std::string admin_key;             // "admin_key" / SPECD_ADMIN_KEY: bearer key of /admin/*; empty: the api_key; both empty: /admin is off
+    std::string cors_origin;           // "cors_origin" / SPECD_CORS_ORIGIN: Access-Control-Allow-Origin; empty: no CORS headers
+    int32_t io_threads = 2;            // "io_threads" / SPECD_IO_THREADS: network threads (they only parse, route and write)
+    int32_t max_connections = 512;     // "max_connections" / SPECD_MAX_CONNECTIONS: open connections at once (503 beyond)
+    int64_t max_body_bytes = 1 << 20;  // "max_body_bytes" / SPECD_MAX_BODY_BYTES: largest HTTP body (413 beyond)
+    int64_t max_message_bytes = 1 << 20;  // "max_message_bytes" / SPECD_MAX_MESSAGE_BYTES: largest WebSocket message (close 1009)
+    int32_t max_tokens_limit = 4096;   // "max_tokens_limit" / SPECD_MAX_TOKENS_LIMIT: largest max_tokens a request may ask for
+    int32_t read_timeout_s = 30;       // "read_timeout_s" / SPECD_READ_TIMEOUT: a request's header and body must arrive within this
+    int32_t idle_timeout_s = 120;      // "idle_timeout_s" / SPECD_IDLE_TIMEOUT: an idle WebSocket is closed after this
+    int32_t drain_timeout_s = 30;      // "drain_timeout_s" / SPECD_DRAIN_TIMEOUT: on SIGTERM, how long running generations may finish
+    // ---- observability
+    std::string log_level = "info";    // "log_level" / SPECD_LOG_LEVEL: trace, debug, info, warn, error, off
+    std::string log_format = "text";   // "log_format" / SPECD_LOG_FORMAT: text or json (one object per line)
+    double low_acceptance_rate = 0.3;  // "low_acceptance_rate" / SPECD_LOW_ACCEPTANCE_RATE: warn when acceptance over a window is below
+    int32_t low_acceptance_window = 1024;  // "low_acceptance_window" / SPECD_LOW_ACCEPTANCE_WINDOW: drafted tokens per window; 0: off
 
     // specd::Error naming the first bad field and its allowed values.
     void validate() const;
@@ -36,12 +81,61 @@ struct RuntimeConfig {
     std::string effective_model_name() const;
 };
 
-// Reads a JSON object of the keys above into `config` (unknown keys and
-// wrong types are errors naming the key). Throws specd::Error.
-void load_config_json(const std::string& json_text, RuntimeConfig& config);
-void load_config_file(const std::string& path, RuntimeConfig& config);
-// Applies MAX_DRAFT_TOKENS, KV_CACHE_RATIO, ENABLE_SPECULATIVE_DECODING
-// (true/false/1/0) and SPECD_MODEL / SPECD_MODEL_DRAFT when set.
-void apply_environment(RuntimeConfig& config);
+// One configurable field.
+struct ConfigField {
+    enum class Kind { boolean, integer, number, text, path, choice, sha256 };
+    const char* key;        // JSON key and `specd config` name
+    const char* env;        // environment variable
+    const char* flag;       // command-line flag(s) as CLI11 names them ("-m,--model"); "" for none
+    const char* help;       // one line
+    Kind kind;
+    double min = 0, max = 0;            // integer / number: inclusive range
+    std::vector<const char*> choices = {};  // choice: the allowed words
+    bool required = false;              // path: must be given
+    bool secret = false;                // printed as *** by describe()
+    bool reloadable = false;            // SIGHUP / the admin endpoint may change it while serving
+};
+
+// Every field, in the order `specd config` prints them.
+const std::vector<ConfigField>& config_fields();
+// The field with this JSON key or environment name; nullptr if none.
+const ConfigField* find_config_field(const std::string& key_or_env);
+
+class ConfigLoader {
+public:
+    using EnvLookup = std::function<std::optional<std::string>(const char* name)>;
+
+    ConfigLoader() = default;
+    // Starts from `base` instead of the built-in defaults (sources still say "default").
+    explicit ConfigLoader(RuntimeConfig base) : config_(std::move(base)) {}
+    // Reads a JSON object of keys (a field's key or its env name), values
+    // typed as the field (strings are also accepted and parsed as the
+    // environment's). Unknown keys, malformed JSON, bad values: Error.
+    void load_file(const std::string& path);
+    void load_json(const std::string& json_text, const std::string& source);
+    // Every field whose environment variable is set (and not empty).
+    // `lookup` defaults to getenv.
+    void load_environment(const EnvLookup& lookup = {});
+    // One value as text, e.g. from a flag; `source` says where from.
+    void set(const std::string& key, const std::string& value, const std::string& source);
+    // Cross-field checks and existence of paths; the effective config.
+    RuntimeConfig finish() const;
+
+    const RuntimeConfig& config() const { return config_; }
+    // "default", "file F", "env NAME" or "flag --x".
+    std::string source(const std::string& key) const;
+    // The table `specd config` prints: key, value, source, env name.
+    std::string describe() const;
+
+private:
+    RuntimeConfig config_;
+    std::map<std::string, std::string> sources_;
+};
+
+// Keys of the fields whose values differ between `a` and `b`.
+std::vector<std::string> changed_fields(const RuntimeConfig& a, const RuntimeConfig& b);
+
+// The file named by SPECD_CONFIG (empty if unset).
+std::string config_file_from_environment(const ConfigLoader::EnvLookup& lookup = {});
 
 }  // namespace specd

@@ -4,7 +4,13 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <limits>
+#include <iterator>
+#include <sstream>
+
+#include <unistd.h>
 
 #include "engine/error.h"
 
@@ -126,6 +132,38 @@ struct Series {
 };
 
 }  // namespace
+
+ProcessStats read_process_stats() {
+    ProcessStats ps;
+    const auto page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+    if (std::ifstream statm("/proc/self/statm"); statm) {
+        uint64_t size_pages = 0, resident_pages = 0;
+        statm >> size_pages >> resident_pages;
+        ps.virtual_bytes = size_pages * page;
+        ps.resident_bytes = resident_pages * page;
+    }
+    if (std::ifstream stat("/proc/self/stat"); stat) {
+        std::string line;
+        std::getline(stat, line);
+        // Fields after the parenthesised command name (which may hold spaces):
+        // state is field 3; utime 14, stime 15, num_threads 20.
+        const size_t close = line.rfind(')');
+        if (close != std::string::npos) {
+            std::istringstream rest(line.substr(close + 2));
+            std::vector<std::string> f{std::istream_iterator<std::string>(rest), std::istream_iterator<std::string>()};
+            if (f.size() > 17) {
+                const double ticks = static_cast<double>(sysconf(_SC_CLK_TCK));
+                ps.cpu_seconds = (std::stod(f[11]) + std::stod(f[12])) / ticks;
+                ps.threads = std::stoull(f[17]);
+            }
+        }
+    }
+    std::error_code ec;
+    for (auto it = std::filesystem::directory_iterator("/proc/self/fd", ec); !ec && it != std::filesystem::directory_iterator();
+         it.increment(ec))
+        ++ps.open_fds;
+    return ps;
+}
 
 void append_metric_value(std::string& out, double value) {
     if (std::isnan(value)) {

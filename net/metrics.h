@@ -136,6 +136,17 @@ private:
     std::vector<std::unique_ptr<Family>> families_;  // registration order
 };
 
+// This process's figures for the standard process_* metrics, read from
+// /proc (zeros where it can't be read).
+struct ProcessStats {
+    uint64_t resident_bytes = 0;  // RSS
+    uint64_t virtual_bytes = 0;
+    double cpu_seconds = 0.0;     // user + system
+    uint64_t open_fds = 0;
+    uint64_t threads = 0;
+};
+ProcessStats read_process_stats();
+
 // One number as render() writes it, appended to `out`.
 void append_metric_value(std::string& out, double value);
 

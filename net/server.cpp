@@ -6,6 +6,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
+#include <optional>
 #include <deque>
 #include <map>
 #include <mutex>
@@ -17,9 +19,12 @@
 #include <boost/beast/websocket.hpp>
 
 #include "actors/runtime.h"
+#include "config/log.h"
+#include "engine/acceptance_watch.h"
 #include "engine/chat_template.h"
 #include "engine/tokenizer.h"
 #include "net/chat_page.h"
+#include "net/metrics.h"
 
 namespace specd::net {
 
@@ -65,7 +70,7 @@ struct Histogram {
 
 struct Metrics {
     std::atomic<uint64_t> http_requests{0}, ws_connections{0}, generations_ok{0}, generations_error{0}, generations_cancelled{0};
-    std::atomic<uint64_t> prompt_tokens{0}, completion_tokens{0}, drafted{0}, accepted{0};
+    std::atomic<uint64_t> prompt_tokens{0}, completion_tokens{0}, drafted{0}, accepted{0}, low_acceptance_windows{0};
     std::mutex position_mu;
     std::vector<uint64_t> drafted_pos, accepted_pos;  // (draft_max) per draft position
     Histogram ttft, itl;
@@ -88,13 +93,61 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     uint16_t bound_port = 0;
     Metrics metrics;
     ChatTemplate chat_template;  // the model's, or the plain fallback
+    std::mutex watch_mu;
+    AcceptanceWatch acceptance_watch;  // under watch_mu
+    const double start_time_s = static_cast<double>(unix_now_s());
 
     Impl(Runtime& rt, ServerOptions o)
-        : runtime(rt), opt(std::move(o)), chat_template(ChatTemplate::from_gguf_template(rt.chat_template_text())) {}
+        : runtime(rt),
+          opt(std::move(o)),
+          chat_template(ChatTemplate::from_gguf_template(rt.chat_template_text())),
+          acceptance_watch(opt.low_acceptance_rate, opt.low_acceptance_window) {}
+
+    static int64_t unix_now_s() {
+        return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+    }
 
     void do_accept();
     bool authorised(const http::request<http::string_body>& req) const;
     std::string render_metrics();
+    // One summary line per request, and the acceptance window.
+    void log_done(const done_event& d, const char* transport, const std::string& request_id) {
+        const double decode_ms = d.total_ms - d.ttft_ms;
+        json fields = {{"request_id", request_id},
+                       {"transport", transport},
+                       {"finish_reason", d.finish_reason},
+                       {"prompt_tokens", d.prompt_tokens},
+                       {"completion_tokens", d.completion_tokens},
+                       {"speculative", d.speculative},
+                       {"drafted", d.drafted},
+                       {"accepted", d.accepted},
+                       {"acceptance_rate", d.drafted > 0 ? std::round(1000.0 * d.accepted / d.drafted) / 1000.0 : 0.0},
+                       {"tokens_per_s", d.total_ms > 0 ? std::round(10000.0 * d.completion_tokens / d.total_ms) / 10.0 : 0.0},
+                       {"decode_tokens_per_s",
+                        decode_ms > 0 && d.completion_tokens > 1 ? std::round(10000.0 * (d.completion_tokens - 1) / decode_ms) / 10.0 : 0.0},
+                       {"ttft_ms", std::round(10.0 * d.ttft_ms) / 10.0},
+                       {"total_ms", std::round(10.0 * d.total_ms) / 10.0}};
+        log::info("request done", fields);
+        std::optional<AcceptanceWindow> low;
+        double threshold = 0.0;
+        {
+            std::lock_guard<std::mutex> lock(watch_mu);
+            low = acceptance_watch.record(d.drafted, d.accepted);
+            threshold = opt.low_acceptance_rate;
+        }
+        if (low) {
+            ++metrics.low_acceptance_windows;
+            log::warn("low speculative acceptance: retune draft_max or retrain the draft model",
+                      {{"acceptance_rate", std::round(1000.0 * low->rate()) / 1000.0},
+                       {"threshold", threshold},
+                       {"window_drafted", low->drafted},
+                       {"window_accepted", low->accepted},
+                       {"window_requests", low->requests}});
+        }
+    }
+    void log_error(const error_event& e, const char* transport, const std::string& request_id) {
+        log::warn("request failed", {{"request_id", request_id}, {"transport", transport}, {"code", e.code}, {"message", e.message}});
+    }
     void record_done(const done_event& d) {
         ++metrics.generations_ok;
         if (d.finish_reason == "cancelled") ++metrics.generations_cancelled;
@@ -146,14 +199,14 @@ std::string render_chat_messages(const void* ctx, const std::vector<std::pair<st
 
 class WsSession : public std::enable_shared_from_this<WsSession> {
 public:
-    WsSession(tcp::socket&& socket, std::shared_ptr<Server::Impl> server) : ws_(std::move(socket)), server_(std::move(server)) {}
+    WsSession(tcp::socket&& socket, std::shared_ptr<Server::Impl> server)
+        : ws_(std::move(socket)), server_(std::move(server)), connection_id_("ws" + std::to_string(++server_->metrics.ws_connections)) {}
     ~WsSession() {
         for (auto& [id, g] : generations_) server_->runtime.cancel(g.handle);
         --server_->connections;
     }
 
     void run(http::request<http::string_body> req) {
-        ++server_->metrics.ws_connections;
         websocket::stream_base::timeout t = websocket::stream_base::timeout::suggested(beast::role_type::server);
         t.idle_timeout = std::chrono::seconds(server_->opt.idle_timeout_s);
         t.keep_alive_pings = true;
@@ -249,8 +302,10 @@ private:
             }
         };
         std::shared_ptr<Server::Impl> impl = server_;  // outlives the connection and the Server object
-        cb.on_done = [weak, impl](const done_event& d) {
+        const std::string log_id = connection_id_ + "/" + id;  // client ids are only unique per connection
+        cb.on_done = [weak, impl, log_id](const done_event& d) {
             impl->record_done(d);
+            impl->log_done(d, "ws", log_id);
             --impl->active_generations;
             if (auto s = weak.lock()) {
                 asio::post(s->ws_.get_executor(), [s, d]() {
@@ -259,8 +314,9 @@ private:
                 });
             }
         };
-        cb.on_error = [weak, impl](const error_event& e) {
+        cb.on_error = [weak, impl, log_id](const error_event& e) {
             ++impl->metrics.generations_error;
+            impl->log_error(e, "ws", log_id);
             --impl->active_generations;
             if (auto s = weak.lock()) {
                 asio::post(s->ws_.get_executor(), [s, e]() {
@@ -330,6 +386,7 @@ private:
 
     websocket::stream<beast::tcp_stream> ws_;
     std::shared_ptr<Server::Impl> server_;
+    std::string connection_id_;     // "ws<n>": prefixes client ids in the log
     beast::flat_buffer buffer_;
     std::deque<std::string> queue_;
     std::unordered_map<std::string, Generation> generations_;
@@ -391,8 +448,10 @@ private:
         if (req_.method() == http::verb::options) return reply(204, "", "text/plain");
         if (p == "/health" && get) {
             const bool ok = !server_->draining;
-            return reply(ok ? 200 : 503, json{{"status", ok ? "ok" : "draining"}}.dump(), "application/json");
+            return reply(ok ? 200 : 503, json{{"status", ok ? "ok" : "draining"}, {"speculation", server_->runtime.speculation().enabled}}.dump(),
+                         "application/json");
         }
+        if (p.rfind("/admin/", 0) == 0) return admin(p, get, post);
         if (!server_->authorised(req_)) return reply_error(401, "invalid_api_key", "missing or wrong API key (Authorization: Bearer KEY)");
         if (websocket::is_upgrade(req_)) {
             if (p != "/v1/ws") return reply_error(404, "not_found", "WebSocket endpoint is /v1/ws");
@@ -413,6 +472,50 @@ private:
         if (p == "/v1/completions" || p == "/v1/chat/completions" || p == "/v1/models" || p == "/health" || p == "/metrics")
             return reply_error(405, "method_not_allowed", std::string(req_.method_string()) + " is not allowed on " + p);
         return reply_error(404, "not_found", "no endpoint " + p);
+    }
+
+    // The run-time switch of speculation (the guide's rollback): GET shows
+    // the defaults new requests get, POST {"enabled", "draft_max",
+    // "adaptive"} (any of them) changes them.
+    void admin(const std::string& p, bool get, bool post) {
+        const std::string& key = server_->opt.admin_key.empty() ? server_->opt.api_key : server_->opt.admin_key;
+        if (key.empty())
+            return reply_error(403, "admin_disabled", "the admin endpoints are off: start with --admin-key KEY or SPECD_ADMIN_KEY");
+        if (req_[http::field::authorization] != "Bearer " + key)
+            return reply_error(401, "invalid_admin_key", "missing or wrong admin key (Authorization: Bearer KEY)");
+        if (p != "/admin/speculation") return reply_error(404, "not_found", "no endpoint " + p + " (the admin endpoint is /admin/speculation)");
+        if (!get && !post) return reply_error(405, "method_not_allowed", std::string(req_.method_string()) + " is not allowed on " + p);
+        Runtime& rt = server_->runtime;
+        if (post) {
+            SpeculationSettings next = rt.speculation();
+            try {
+                const json body = parse_json(req_.body());
+                if (!body.is_object()) throw ApiError{400, "invalid_request", "the body must be a JSON object", ""};
+                for (auto it = body.begin(); it != body.end(); ++it) {
+                    const json& v = it.value();
+                    if (it.key() == "enabled" && v.is_boolean()) next.enabled = v.get<bool>();
+                    else if (it.key() == "adaptive" && v.is_boolean()) next.adaptive = v.get<bool>();
+                    else if (it.key() == "draft_max" && v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() <= 64)
+                        next.draft_max = v.get<int32_t>();
+                    else if (it.key() == "enabled" || it.key() == "adaptive" || it.key() == "draft_max")
+                        throw ApiError{400, "invalid_request",
+                                       it.key() + (it.key() == "draft_max" ? " must be an integer in 0..64" : " must be true or false"), it.key()};
+                    else throw ApiError{400, "invalid_request", "unknown key \"" + it.key() + "\" (enabled, draft_max, adaptive)", it.key()};
+                }
+            } catch (const ApiError& e) {
+                return reply_error(e.status, e.code, e.message, e.param);
+            }
+            rt.set_speculation(next);
+            log::warn("speculation switched", {{"by", "admin endpoint"}, {"enabled", next.enabled}, {"draft_max", next.draft_max},
+                                               {"adaptive", next.adaptive}});
+        }
+        const SpeculationSettings now = rt.speculation();
+        json state = {{"enabled", now.enabled},
+                      {"draft_max", now.draft_max},
+                      {"adaptive", now.adaptive},
+                      {"draft_model_loaded", rt.has_draft_model()},
+                      {"draft_load_error", rt.draft_load_error()}};
+        return reply(200, state.dump(), "application/json");
     }
 
     void generate(bool chat) {
@@ -441,11 +544,13 @@ private:
         std::shared_ptr<Server::Impl> impl = server_;  // outlives the connection and the Server object
         cb.on_done = [weak, impl](const done_event& d) {
             impl->record_done(d);
+            impl->log_done(d, "http", d.id);
             --impl->active_generations;
             if (auto s = weak.lock()) asio::post(s->stream_.get_executor(), [s, d]() { s->on_done(d); });
         };
         cb.on_error = [weak, impl](const error_event& e) {
             ++impl->metrics.generations_error;
+            impl->log_error(e, "http", e.id);
             --impl->active_generations;
             if (auto s = weak.lock()) asio::post(s->stream_.get_executor(), [s, e]() { s->on_error(e); });
         };
@@ -688,6 +793,21 @@ std::string Server::Impl::render_metrics() {
     gauge("specd_active_sessions", "Requests holding KV blocks.", s.running);
     gauge("specd_open_connections", "Open HTTP and WebSocket connections.", connections.load());
     gauge("specd_draining", "1 while the server drains.", draining ? 1 : 0);
+    gauge("specd_active_generations", "Generations running or queued through this server.", active_generations.load());
+    const SpeculationSettings spec = runtime.speculation();
+    gauge("specd_speculation_enabled", "1 while new requests speculate by default (the run-time switch).", spec.enabled ? 1 : 0);
+    gauge("specd_draft_max", "Tokens drafted per step at most, for new requests.", spec.draft_max);
+    gauge("specd_draft_model_loaded", "1 when a draft model is loaded.", runtime.has_draft_model() ? 1 : 0);
+    counter("specd_spec_low_acceptance_windows_total", "Acceptance windows that ended below the low-acceptance threshold.",
+            metrics.low_acceptance_windows);
+    const ProcessStats ps = read_process_stats();
+    gauge("process_resident_memory_bytes", "Resident memory size in bytes.", static_cast<double>(ps.resident_bytes));
+    gauge("process_virtual_memory_bytes", "Virtual memory size in bytes.", static_cast<double>(ps.virtual_bytes));
+    out += "# HELP process_cpu_seconds_total Total user and system CPU time spent in seconds.\n# TYPE process_cpu_seconds_total counter\n"
+           "process_cpu_seconds_total " + json(ps.cpu_seconds).dump() + "\n";
+    gauge("process_open_fds", "Number of open file descriptors.", static_cast<double>(ps.open_fds));
+    gauge("process_threads", "Number of OS threads.", static_cast<double>(ps.threads));
+    gauge("process_start_time_seconds", "Start time of the process since unix epoch in seconds.", start_time_s);
     return out;
 }
 
@@ -733,6 +853,14 @@ uint16_t Server::start() {
 }
 
 void Server::drain() { impl_->draining = true; }
+
+int32_t Server::active_generations() const { return impl_->active_generations.load(); }
+
+void Server::set_acceptance_watch(double low_rate, int64_t window_drafted) {
+    std::lock_guard<std::mutex> lock(impl_->watch_mu);
+    impl_->opt.low_acceptance_rate = low_rate;
+    impl_->acceptance_watch.reconfigure(low_rate, window_drafted);
+}
 
 void Server::stop() {
     if (impl_->stopped.exchange(true)) return;

@@ -1,6 +1,11 @@
 // The network front end: one listener for HTTP and WebSocket on one port,
 // one strand per connection; network threads never run model work (they
 // hand requests to the runtime's actors and stream back what they send).
+//
+// Endpoints: / (chat page), /v1/ws, /v1/completions, /v1/chat/completions,
+// /v1/models, /health (200 {"status":"ok"}; 503 while draining), /metrics,
+// and GET/POST /admin/speculation (the run-time switch, admin key). Each
+// finished request logs one summary line (config/log.h).
 #pragma once
 
 #include <cstdint>
@@ -20,6 +25,7 @@ struct ServerOptions {
     uint16_t port = 8080;                  // --port; 0 picks a free port
     int32_t io_threads = 2;                // network threads (they only parse, route and write)
     std::string api_key;                   // --api-key: required as "Authorization: Bearer KEY" on all but /health; empty: open
+    std::string admin_key;                 // --admin-key: Bearer key of /admin/*; empty: api_key; both empty: /admin answers 403
     std::string cors_origin;               // --cors-origin: Access-Control-Allow-Origin value; empty: no CORS headers
     size_t max_body_bytes = 1 << 20;       // "max_body_bytes": largest HTTP request body (413 beyond)
     size_t max_message_bytes = 1 << 20;    // "max_message_bytes": largest WebSocket message (close 1009 beyond)
@@ -28,6 +34,8 @@ struct ServerOptions {
     size_t max_queued_frames = 4096;       // WebSocket frames waiting for a slow reader before it is closed (1013)
     int32_t read_timeout_s = 30;           // "read_timeout_s": a request's header and body must arrive within this
     int32_t idle_timeout_s = 120;          // "idle_timeout_s": an idle WebSocket is closed after this
+    double low_acceptance_rate = 0.3;      // warn when a window's acceptance rate is below this
+    int64_t low_acceptance_window = 1024;  // drafted tokens per window; 0: no warning
     RequestLimits limits;
 };
 
@@ -43,6 +51,10 @@ public:
     void stop();
     uint16_t port() const;
     std::string url() const;
+    // Generations submitted through this server that have not ended yet.
+    int32_t active_generations() const;
+    // Starts a new acceptance window with these settings (SIGHUP reload).
+    void set_acceptance_watch(double low_rate, int64_t window_drafted);
 
     struct Impl;
 

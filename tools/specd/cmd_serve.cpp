@@ -15,64 +15,134 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/runtime.h"
+#include "config/log.h"
+#include "engine/error.h"
 #include "engine/generate.h"
 #include "engine/speculative.h"
 #include "net/server.h"
 #include "tools/specd/commands.h"
+#include "tools/specd/config_flags.h"
 
 namespace specd::cli {
 
 namespace {
 
-std::atomic<int> g_signal{0};
-void on_signal(int sig) { g_signal = sig; }
+std::atomic<int> g_stop_signals{0};  // SIGTERM / SIGINT received
+std::atomic<int> g_last_stop_signal{0};
+std::atomic<int> g_reload_requests{0};  // SIGHUP received
+void on_stop_signal(int sig) {
+    g_last_stop_signal = sig;
+    ++g_stop_signals;
+}
+void on_reload_signal(int) { ++g_reload_requests; }
 
-struct ServeOptions {
-    RuntimeConfig config;
-    net::ServerOptions server;
-    std::string config_file;
-    bool no_spec = false;
-};
-
-void add_runtime_flags(CLI::App* c, RuntimeConfig& rc) {
-    c->add_option("-m,--model", rc.target_model, "target GGUF model");
-    c->add_option("--model-draft", rc.draft_model, "draft GGUF model (default: n-gram lookup)");
-    c->add_option("--draft-max", rc.draft_max, "MAX_DRAFT_TOKENS: tokens drafted per step at most")->capture_default_str();
-    c->add_option("-c,--ctx-size", rc.n_ctx, "context per request (0: the model's)")->capture_default_str();
-    c->add_option("--parallel", rc.max_sequences, "requests decoding at once")->capture_default_str();
-    c->add_option("-t,--threads", rc.threads_target, "target compute threads (0: all)")->capture_default_str();
-    c->add_option("--threads-draft", rc.threads_draft, "draft compute threads")->capture_default_str();
-    c->add_option("--kv-cache-ratio", rc.kv_cache_ratio, "KV_CACHE_RATIO of the memory budget for the KV pools")->capture_default_str();
-    c->add_option("--memory-budget", rc.memory_budget_bytes, "memory budget in bytes (0: available RAM)")->capture_default_str();
-    c->add_option("--spec-token-budget", rc.verify_token_budget, "load policy: tokens per verify step (k <= budget / requests - 1); 0: off")
-        ->capture_default_str();
+net::ServerOptions server_options(const RuntimeConfig& rc) {
+    net::ServerOptions so;
+    so.host = rc.host;
+    so.port = static_cast<uint16_t>(rc.port);
+    so.io_threads = rc.io_threads;
+    so.api_key = rc.api_key;
+    so.admin_key = rc.admin_key;
+    so.cors_origin = rc.cors_origin;
+    so.max_body_bytes = static_cast<size_t>(rc.max_body_bytes);
+    so.max_message_bytes = static_cast<size_t>(rc.max_message_bytes);
+    so.max_connections = rc.max_connections;
+    so.read_timeout_s = rc.read_timeout_s;
+    so.idle_timeout_s = rc.idle_timeout_s;
+    so.low_acceptance_rate = rc.low_acceptance_rate;
+    so.low_acceptance_window = rc.low_acceptance_window;
+    so.limits.max_tokens_limit = rc.max_tokens_limit;
+    return so;
 }
 
-void run_serve(ServeOptions& o) {
-    RuntimeConfig& rc = o.config;
-    if (!o.config_file.empty()) {
-        RuntimeConfig from_file = rc;
-        load_config_file(o.config_file, from_file);
-        if (rc.target_model.empty()) rc = from_file;
+// SIGHUP: reads the configuration again (same file, environment and flags)
+// and applies what can change while serving; a bad file keeps the old one.
+void reload_config(const ConfigFlags& flags, RuntimeConfig& running, Runtime& rt, net::Server& server) {
+    RuntimeConfig next;
+    try {
+        next = load_config(flags).finish();
+    } catch (const Error& e) {
+        log::error("config reload failed; keeping the running configuration", {{"error", e.what()}});
+        return;
     }
-    apply_environment(rc);
-    if (o.no_spec) rc.enable_speculative = false;
-    rc.validate();
-    std::fprintf(stderr, "specd: loading %s%s%s\n", rc.target_model.c_str(), rc.draft_model.empty() ? "" : " with draft ",
-                 rc.draft_model.c_str());
+    std::vector<std::string> applied, need_restart;
+    for (const std::string& key : changed_fields(running, next)) {
+        const ConfigField* f = find_config_field(key);
+        (f && f->reloadable ? applied : need_restart).push_back(key);
+    }
+    // The speculation defaults are set from the file even when unchanged
+    // there: SIGHUP undoes a switch made through /admin/speculation.
+    rt.set_speculation(SpeculationSettings{next.enable_speculative, next.draft_max, next.adaptive});
+    log::set_level(next.log_level);
+    server.set_acceptance_watch(next.low_acceptance_rate, next.low_acceptance_window);
+    running.enable_speculative = next.enable_speculative;
+    running.draft_max = next.draft_max;
+    running.adaptive = next.adaptive;
+    running.log_level = next.log_level;
+    running.low_acceptance_rate = next.low_acceptance_rate;
+    running.low_acceptance_window = next.low_acceptance_window;
+    log::warn("config reloaded (SIGHUP)", {{"speculative", next.enable_speculative},
+                                           {"draft_max", next.draft_max},
+                                           {"adaptive", next.adaptive},
+                                           {"changed", applied},
+                                           {"ignored_until_restart", need_restart}});
+}
+
+void run_serve(const ConfigFlags& flags) {
+    RuntimeConfig rc = load_config(flags).finish();
+    log::configure(rc.log_level, rc.log_format);
+    log::info("loading models", {{"model", rc.target_model}, {"model_draft", rc.draft_model.empty() ? "n-gram" : rc.draft_model}});
     StandaloneRuntime host(rc);
-    net::Server server(host.runtime(), o.server);
+    Runtime& rt = host.runtime();
+    if (!rt.draft_load_error().empty()) {
+        // Loud on purpose: the operator asked for a draft and isn't getting one.
+        log::error("DRAFT MODEL NOT LOADED: serving in plain mode (no speculative decoding); set require_draft to refuse instead",
+                   {{"model_draft", rc.draft_model}, {"error", rt.draft_load_error()}});
+        std::fprintf(stderr, "specd: WARNING: draft model %s not loaded (%s): speculative decoding is OFF\n", rc.draft_model.c_str(),
+                     rt.draft_load_error().c_str());
+    }
+    net::Server server(rt, server_options(rc));
     const uint16_t port = server.start();
-    std::signal(SIGINT, on_signal);
-    std::signal(SIGTERM, on_signal);
+    std::signal(SIGINT, on_stop_signal);
+    std::signal(SIGTERM, on_stop_signal);
+    std::signal(SIGHUP, on_reload_signal);
+    std::signal(SIGPIPE, SIG_IGN);
+    const SpeculationSettings spec = rt.speculation();
+    const std::string drafter = rt.has_draft_model() ? rc.draft_model : "n-gram";
     std::printf("specd: serving %s (speculative decoding %s, draft: %s) at http://%s:%u  (chat page /, WebSocket /v1/ws, OpenAI /v1)\n",
-                host.runtime().model_name().c_str(), rc.enable_speculative ? "on" : "off",
-                rc.draft_model.empty() ? "n-gram" : rc.draft_model.c_str(), o.server.host.c_str(), port);
+                rt.model_name().c_str(), spec.enabled ? "on" : "off", drafter.c_str(), rc.host.c_str(), port);
     std::fflush(stdout);
-    while (g_signal == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    std::fprintf(stderr, "specd: signal %d, draining\n", g_signal.load());
+    log::info("serving", {{"url", "http://" + rc.host + ":" + std::to_string(port)},
+                          {"model", rt.model_name()},
+                          {"speculative", spec.enabled},
+                          {"draft", drafter},
+                          {"draft_max", spec.draft_max}});
+    while (g_stop_signals == 0) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        if (g_reload_requests.exchange(0) > 0) reload_config(flags, rc, rt, server);
+    }
+
+    // Graceful shutdown: /health turns 503 and new generations are refused
+    // at once; running ones get drain_timeout_s to finish, then are cancelled.
+    log::info("draining", {{"signal", g_last_stop_signal.load()}, {"drain_timeout_s", rc.drain_timeout_s},
+                           {"running", server.active_generations()}});
     server.drain();
+    const double deadline = now_ms() + 1000.0 * rc.drain_timeout_s;
+    while (server.active_generations() > 0 && now_ms() < deadline && g_stop_signals < 2)
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    const int32_t left = server.active_generations();
+    if (left > 0) {
+        log::warn("drain timeout: cancelling running generations",
+                  {{"cancelled", left}, {"reason", g_stop_signals >= 2 ? "second signal" : "drain_timeout_s"}});
+        rt.shutdown();  // each session ends with finish_reason "cancelled", which its client receives
+        const double cancel_deadline = now_ms() + 5000.0;
+        while (server.active_generations() > 0 && now_ms() < cancel_deadline) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    // The last frames were handed to the connections' strands; give the
+    // writes a moment before the network threads stop.
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
     server.stop();
+    log::info("stopped", {{"cancelled", left}});
 }
 
 double percentile(std::vector<double> v, double p) {
@@ -147,9 +217,9 @@ LoadResult run_load(Runtime& rt, int concurrency, int n, bool spec) {
 
 void run_bench_concurrency(const std::string& target, const std::string& draft, const std::vector<int>& levels, int n, int reps,
                            int threads) {
-    RuntimeConfig rc;
-    apply_environment(rc);
-    if (const char* b = std::getenv("SPECD_SPEC_TOKEN_BUDGET")) rc.verify_token_budget = std::atoi(b);
+    ConfigLoader loader;
+    loader.load_environment();  // SPECD_SPEC_TOKEN_BUDGET, KV_CACHE_RATIO, ... as for serve
+    RuntimeConfig rc = loader.config();
     rc.target_model = target;
     rc.draft_model = draft;
     rc.threads_target = threads;
@@ -215,20 +285,11 @@ void run_bench_concurrency(const std::string& target, const std::string& draft, 
 }
 
 void register_serve_command(CLI::App& app) {
-    auto o = std::make_shared<ServeOptions>();
-    CLI::App* s = app.add_subcommand("serve", "serve the model over HTTP (OpenAI API, SSE) and WebSocket, with a chat page at /");
-    add_runtime_flags(s, o->config);
-    s->add_option("--host", o->server.host, "address to listen on")->capture_default_str();
-    s->add_option("--port", o->server.port, "port (0: any free one)")->capture_default_str();
-    s->add_option("--api-key", o->server.api_key, "require Authorization: Bearer KEY on every endpoint but /health");
-    s->add_option("--cors-origin", o->server.cors_origin, "Access-Control-Allow-Origin value (empty: no CORS)");
-    s->add_option("--config", o->config_file, "JSON runtime configuration (keys as config/runtime_config.h)");
-    s->add_option("--max-body", o->server.max_body_bytes, "largest request body in bytes")->capture_default_str();
-    s->add_option("--max-message", o->server.max_message_bytes, "largest WebSocket message in bytes")->capture_default_str();
-    s->add_option("--max-connections", o->server.max_connections, "open connections at most")->capture_default_str();
-    s->add_option("--max-tokens-limit", o->server.limits.max_tokens_limit, "largest max_tokens a request may ask for")->capture_default_str();
-    s->add_flag("--no-spec", o->no_spec, "plain decoding by default (ENABLE_SPECULATIVE_DECODING=false)");
-    s->callback([o] { run_serve(*o); });
+    auto flags = std::make_shared<ConfigFlags>();
+    CLI::App* s = app.add_subcommand("serve", "serve the model over HTTP (OpenAI API, SSE) and WebSocket, with a chat page at /; "
+                                              "settings: `specd config` lists them with their environment variables");
+    add_config_flags(s, *flags);
+    s->callback([flags] { run_serve(*flags); });
 }
 
 }  // namespace specd::cli

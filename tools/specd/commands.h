@@ -15,6 +15,7 @@ void register_tokenize_command(CLI::App& app);   // tokenize (cmd_tokenize.cpp)
 void register_generate_commands(CLI::App& app);  // generate, bench (cmd_generate.cpp)
 void register_bench_spec_command(CLI::App& app); // bench-spec (cmd_bench_spec.cpp)
 void register_serve_command(CLI::App& app);      // serve (cmd_serve.cpp)
+void register_ops_commands(CLI::App& app);       // config, verify (cmd_ops.cpp)
 // `specd bench --concurrency`: the in-process runtime under load (cmd_serve.cpp).
 // `specd bench --url`: load over the network front end (cmd_bench_net.cpp).
 void run_bench_net(const std::string& url, const std::string& target, const std::string& draft, const std::vector<int>& levels, int n,

@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
     specd::cli::register_generate_commands(app);
     specd::cli::register_bench_spec_command(app);
     specd::cli::register_serve_command(app);
+    specd::cli::register_ops_commands(app);
     specd::cli::rewrite_llama_style_flags(argc, argv);
     try {
         app.parse(argc, argv);

@@ -55,9 +55,11 @@ SpecSetup make_spec_setup(const SpecOptions& o, const LlamaModel& target, Thread
 void rewrite_llama_style_flags(int& argc, char**& argv) {
     static std::vector<char*> rewritten;
     static char model_draft[] = "--model-draft";
+    static char parallel[] = "--parallel";
     rewritten.assign(argv, argv + argc);
     for (char*& a : rewritten) {
         if (std::strcmp(a, "-md") == 0) a = model_draft;
+        else if (std::strcmp(a, "-np") == 0) a = parallel;
     }
     rewritten.push_back(nullptr);
     argv = rewritten.data();

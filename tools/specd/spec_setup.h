@@ -34,7 +34,7 @@ struct SpecSetup {
 
 SpecSetup make_spec_setup(const SpecOptions& o, const LlamaModel& target, ThreadPool& pool, int32_t n_ctx);
 
-// "-md" is llama.cpp's spelling; CLI11 only knows one-letter short options.
+// "-md" and "-np" are llama.cpp's spellings; CLI11 only knows one-letter short options.
 void rewrite_llama_style_flags(int& argc, char**& argv);
 
 }  // namespace specd::cli
