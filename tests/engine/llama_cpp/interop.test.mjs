@@ -1,7 +1,7 @@
 // llama.cpp loads the GGUF files specd writes, reads the same vocabulary and
 // computes the same greedy continuation.
 //
-//   node interop.test.mjs SPECD_BINARY MODELS_DIR
+//   node interop.test.mjs SPECD_BINARY MODELS_DIR LLAMA_QUANTIZE_BINARY
 //
 // llama.cpp comes from node-llama-cpp's prebuilt CPU binary (npm), never
 // built here. For each of stories15M f32 / q8_0 / q4_0 (written by `specd
@@ -13,13 +13,20 @@
 //   - greedy decoding from the same prompt ids gives the same tokens as
 //     `specd generate --temp 0`: identical for f32; for q8_0 and q4_0 the
 //     first 12 tokens at least (quantized dot products round differently, so
-//     near-ties may flip later).
+//     near-ties may flip later);
+// and the other way: llama.cpp's own llama_model_quantize() (through
+// llama_quantize.cpp, loaded from node-llama-cpp's libllama) writes q8_0 and
+// f16 files from specd's f32, and specd loads them, verifies them and
+// decodes exactly what it decodes from its own q8_0 / f16 files.
 import {execFileSync} from "node:child_process";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
 import {getLlama, LlamaLogLevel} from "node-llama-cpp";
 
-const [specd, models] = process.argv.slice(2);
-if (!specd || !models) {
-    console.error("usage: interop.test.mjs SPECD_BINARY MODELS_DIR");
+const [specd, models, llamaQuantize] = process.argv.slice(2);
+if (!specd || !models || !llamaQuantize) {
+    console.error("usage: interop.test.mjs SPECD_BINARY MODELS_DIR LLAMA_QUANTIZE_BINARY");
     process.exit(2);
 }
 
@@ -95,5 +102,39 @@ for (const type of ["f32", "q8_0", "q4_0"]) {
     await context.dispose();
     await model.dispose();
 }
+// ---- files written by llama.cpp, read by specd
+// The package exports no paths, so look for its folder as Node would: in the
+// node_modules of this script's folder or of one above it.
+function findBinsDir() {
+    for (let dir = path.dirname(new URL(import.meta.url).pathname); ; dir = path.dirname(dir)) {
+        const candidate = path.join(dir, "node_modules", "@node-llama-cpp", "linux-x64", "bins", "linux-x64");
+        if (fs.existsSync(candidate)) return candidate;
+        if (dir === path.dirname(dir)) return "";
+    }
+}
+const binsDir = findBinsDir();
+const libllama = (binsDir ? fs.readdirSync(binsDir) : []).find((f) => /^libllama(\.v[0-9.]+)?\.so$/.test(f));
+check(libllama !== undefined, `node-llama-cpp ships libllama in ${binsDir}`);
+const scratch = fs.mkdtempSync(path.join(os.tmpdir(), "specd-interop-"));
+try {
+    for (const type of ["q8_0", "f16"]) {
+        const theirs = path.join(scratch, `llama-cpp-${type}.gguf`);
+        const ours = path.join(scratch, `specd-${type}.gguf`);
+        execFileSync(llamaQuantize, [path.join(binsDir, libllama), `${models}/stories15M-f32.gguf`, theirs, type],
+                     {env: {...process.env, LD_LIBRARY_PATH: binsDir}, stdio: ["ignore", "pipe", "pipe"]});
+        execFileSync(specd, ["quantize", `${models}/stories15M-f32.gguf`, ours, type], {stdio: ["ignore", "pipe", "pipe"]});
+        const verified = execFileSync(specd, ["verify", theirs], {encoding: "utf8"});
+        check(/structure ok/.test(verified), `${type}: specd verify accepts llama.cpp's file: ${verified.split("\n")[0]}`);
+        for (const prompt of prompts) {
+            const a = specdGreedy(theirs, prompt), b = specdGreedy(ours, prompt);
+            check(a.length > 0 && same(a, b), `${type}: specd decodes "${prompt}" from llama.cpp's file as from its own (${firstDifference(a, b)} of ${b.length} tokens agree)`);
+        }
+    }
+} catch (e) {
+    check(false, `llama.cpp-written files: ${e.message.split("\n")[0]} ${e.stderr ?? ""}`);
+} finally {
+    fs.rmSync(scratch, {recursive: true, force: true});
+}
+
 console.log(`${passes} passed, ${failures} failed`);
 process.exit(failures === 0 ? 0 : 1);
