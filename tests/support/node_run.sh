@@ -2,6 +2,7 @@
 # Runs a Node test script with the npm packages its folder's package.json
 # names, installed once into ${SPECD_NPM_CACHE_ROOT:-$HOME/.cache/specd}/NAME
 # (never into the source tree) and reinstalled when package.json changes.
+# Optional dependencies are not installed.
 #
 #   tests/support/node_run.sh tests/engine/llama_cpp interop.test.mjs ARGS...
 #
@@ -40,7 +41,9 @@ if [[ ! -d "$cache/node_modules" ]] || ! cmp -s "$package_dir/package.json" "$ca
     echo "node_run.sh: installing npm packages into $cache" >&2
     cp "$package_dir/package.json" "$cache/package.json"
     rm -f "$cache/package-lock.json"
-    if ! (cd "$cache" && npm install --no-audit --no-fund --loglevel=error >&2); then
+    # Optional dependencies are left out: node-llama-cpp would pull every
+    # platform's prebuilt binaries (730 MB); package.json names the one used.
+    if ! (cd "$cache" && npm install --no-audit --no-fund --loglevel=error --omit=optional >&2); then
         rm -f "$cache/package.json"   # retry next time
         echo "node_run.sh: npm install failed in $cache" >&2
         exit 1
