@@ -96,6 +96,10 @@ const std::vector<Entry>& entries() {
         add({.key = "threads_draft", .env = "SPECD_THREADS_DRAFT", .flag = "--threads-draft",
              .help = "draft compute threads (0: as the target's)", .kind = Kind::integer, .min = 0, .max = 256},
             &RuntimeConfig::threads_draft);
+        add({.key = "device", .env = "SPECD_DEVICE", .flag = "--device",
+             .help = "where the models run: auto (a CUDA GPU when one is usable, else the CPU), cpu or cuda", .kind = Kind::choice,
+             .choices = {"auto", "cpu", "cuda"}},
+            &RuntimeConfig::device);
         add({.key = "prefill_chunk", .env = "SPECD_PREFILL_CHUNK", .flag = "--prefill-chunk", .help = "prompt tokens per verifier step",
              .kind = Kind::integer, .min = 1, .max = 4096},
             &RuntimeConfig::prefill_chunk);
