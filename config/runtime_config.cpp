@@ -88,7 +88,7 @@ const std::vector<Entry>& entries() {
              .help = "share of the memory budget the KV pools may take", .kind = Kind::number, .min = 0.01, .max = 1.0},
             &RuntimeConfig::kv_cache_ratio);
         add({.key = "memory_budget_bytes", .env = "SPECD_MEMORY_BUDGET", .flag = "--memory-budget",
-             .help = "memory budget in bytes (0: available RAM)", .kind = Kind::integer, .min = 0, .max = 9.0e15},
+             .help = "memory budget in bytes (0: available RAM; on a GPU the VRAM free after the weights)", .kind = Kind::integer, .min = 0, .max = 9.0e15},
             &RuntimeConfig::memory_budget_bytes);
         add({.key = "threads", .env = "SPECD_THREADS", .flag = "-t,--threads", .help = "target compute threads (0: all)",
              .kind = Kind::integer, .min = 0, .max = 256},
