@@ -251,13 +251,6 @@ __global__ void swiglu_kernel(const float* __restrict__ gate_up, int32_t n_rows,
     }
 }
 
-template <bool kBf16>
-__global__ void float_to_half_kernel(const float* __restrict__ src, int64_t n, uint16_t* __restrict__ dst) {
-    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-        dst[i] = from_f32<kBf16>(src[i]);
-    }
-}
-
 __global__ void argmax_kernel(const float* __restrict__ logits, int32_t n_vocab, int32_t* __restrict__ out) {
     __shared__ float scratch_v[kWarp];
     __shared__ int32_t scratch_i[kWarp];
@@ -420,16 +413,6 @@ void launch_swiglu_to_half(const float* gate_up, int32_t n_rows, int32_t ffn, Ha
         swiglu_kernel<true><<<stride_blocks(n), kRowThreads, 0, stream>>>(gate_up, n_rows, ffn, out);
     } else {
         swiglu_kernel<false><<<stride_blocks(n), kRowThreads, 0, stream>>>(gate_up, n_rows, ffn, out);
-    }
-    SPECD_CUDA_CHECK_LAUNCH();
-}
-
-void launch_float_to_half(const float* src, int64_t n, HalfType type, uint16_t* dst, cudaStream_t stream) {
-    if (n <= 0) return;
-    if (type == HalfType::BF16) {
-        float_to_half_kernel<true><<<stride_blocks(static_cast<size_t>(n)), kRowThreads, 0, stream>>>(src, n, dst);
-    } else {
-        float_to_half_kernel<false><<<stride_blocks(static_cast<size_t>(n)), kRowThreads, 0, stream>>>(src, n, dst);
     }
     SPECD_CUDA_CHECK_LAUNCH();
 }

@@ -71,9 +71,6 @@ void launch_paged_attention(const float* qkv, int32_t qkv_ld, const RowsView& ro
 void launch_swiglu_to_half(const float* gate_up, int32_t n_rows, int32_t ffn, HalfType out_type, uint16_t* out,
                            cudaStream_t stream);
 
-// n f32 values into 16-bit (activations before a GEMM, tests).
-void launch_float_to_half(const float* src, int64_t n, HalfType type, uint16_t* dst, cudaStream_t stream);
-
 // ---- sampling helpers: only tokens and the needed probabilities go back to the host.
 
 // out (n_rows) = argmax of each logits row (n_rows, n_vocab); the lowest id on ties (as the CPU sampler).
