@@ -3,6 +3,8 @@
 // CAF headers cost ~8 s each to compile.
 #include "actors/runtime.h"
 
+#include "actors/backend_factory.h"
+
 #include <chrono>
 #include <cstring>
 #include <fstream>
@@ -81,6 +83,7 @@ struct RuntimeShared {
     std::unique_ptr<LlamaModel> draft;
     std::unique_ptr<ThreadPool> target_pool;
     std::unique_ptr<ThreadPool> draft_pool;
+    std::unique_ptr<BackendFactory> backends;  // CPU or CUDA forward passes (--device)
     int32_t n_ctx = 0;
     KvCacheShape target_shape, draft_shape;
     caf::actor_system* system = nullptr;
@@ -128,7 +131,7 @@ int64_t available_ram_bytes() {
 // ------------------------------------------------------- verifier ---
 
 struct verifier_state {
-    std::unique_ptr<ForwardPass> fwd;
+    std::unique_ptr<ForwardBackend> fwd;
     std::unique_ptr<PagedKvCache> kv;
     std::unique_ptr<BatchVerifier> batch;
     std::unordered_map<uint64_t, caf::typed_response_promise<verify_result>> promises;  // by job tag
@@ -155,8 +158,8 @@ verifier_actor::behavior_type verifier_fun(verifier_actor::stateful_pointer<veri
     fo.max_batch_tokens = rt->config.max_step_tokens;
     fo.max_logit_rows = std::min(rt->config.max_step_tokens, rt->config.max_sequences * (rt->config.draft_max + 1));
     fo.max_logit_rows = std::max(fo.max_logit_rows, 1);
-    st.fwd = std::make_unique<ForwardPass>(*rt->target, *rt->target_pool, fo);
-    st.kv = std::make_unique<PagedKvCache>(rt->target_shape);
+    st.fwd = rt->backends->make_target(fo);
+    st.kv = st.fwd->make_kv_cache(rt->target_shape);
     BatchVerifierOptions vo;
     vo.max_step_tokens = rt->config.max_step_tokens;
     vo.prefill_chunk_tokens = rt->config.prefill_chunk;
@@ -227,7 +230,7 @@ verifier_actor::behavior_type verifier_fun(verifier_actor::stateful_pointer<veri
 // ---------------------------------------------------------- draft ---
 
 struct draft_state {
-    std::unique_ptr<ForwardPass> fwd;
+    std::unique_ptr<ForwardBackend> fwd;
     std::unique_ptr<PagedKvCache> kv;
     std::unique_ptr<BatchDrafter> batch;
     std::vector<DraftJob> jobs;
@@ -246,8 +249,8 @@ draft_actor::behavior_type draft_fun(draft_actor::stateful_pointer<draft_state> 
         ForwardOptions fo;
         fo.max_batch_tokens = rt->config.max_step_tokens;
         fo.max_logit_rows = std::max(1, std::min(rt->config.max_step_tokens, rt->config.max_sequences));
-        st.fwd = std::make_unique<ForwardPass>(*rt->draft, *rt->draft_pool, fo);
-        st.kv = std::make_unique<PagedKvCache>(rt->draft_shape);
+        st.fwd = rt->backends->make_draft(fo);
+        st.kv = st.fwd->make_kv_cache(rt->draft_shape);
         st.batch = std::make_unique<BatchDrafter>(st.fwd.get(), st.kv.get());
     } else {
         st.batch = std::make_unique<BatchDrafter>(nullptr, nullptr, rt->config.ngram_min, rt->config.ngram_max);
@@ -688,21 +691,19 @@ std::unique_ptr<Runtime> Runtime::create(caf::actor_system& system, const Runtim
     // the verify phase of others; by default as wide as the target's (when
     // the phases don't overlap, each gets every core).
     if (rt->draft) rt->draft_pool = std::make_unique<ThreadPool>(config.threads_draft > 0 ? config.threads_draft : threads);
+    rt->backends = BackendFactory::create(config, *rt->target, rt->draft.get(), *rt->target_pool, rt->draft_pool.get());
 
     // KV pools: KV_CACHE_RATIO of the budget, split between target and
     // draft by their bytes per block (both get the same block count), and
     // no more than max_sequences full contexts.
     {
-        ThreadPool probe(1);
-        ForwardPass tf(*rt->target, probe);
-        rt->target_shape = tf.kv_shape(rt->n_ctx, config.max_sequences);
-        size_t block_bytes = PagedKvCache::pool_bytes(rt->target_shape) / static_cast<size_t>(rt->target_shape.n_blocks);
+        rt->target_shape = ForwardBackend::kv_shape_for(*rt->target, rt->n_ctx, config.max_sequences);
+        size_t block_bytes = rt->backends->kv_block_bytes(rt->target_shape);
         if (rt->draft) {
-            ForwardPass df(*rt->draft, probe);
-            rt->draft_shape = df.kv_shape(rt->n_ctx, config.max_sequences);
-            block_bytes += PagedKvCache::pool_bytes(rt->draft_shape) / static_cast<size_t>(rt->draft_shape.n_blocks);
+            rt->draft_shape = ForwardBackend::kv_shape_for(*rt->draft, rt->n_ctx, config.max_sequences);
+            block_bytes += rt->backends->kv_block_bytes(rt->draft_shape);
         }
-        const int64_t budget = config.memory_budget_bytes > 0 ? config.memory_budget_bytes : available_ram_bytes();
+        const int64_t budget = config.memory_budget_bytes > 0 ? config.memory_budget_bytes : rt->backends->kv_memory_bytes(available_ram_bytes());
         const int64_t kv_bytes = static_cast<int64_t>(config.kv_cache_ratio * static_cast<double>(budget));
         const int64_t affordable = kv_bytes / static_cast<int64_t>(block_bytes);
         const int32_t per_seq = (rt->n_ctx + rt->target_shape.block_size - 1) / rt->target_shape.block_size;

@@ -88,7 +88,7 @@ const std::vector<Entry>& entries() {
              .help = "share of the memory budget the KV pools may take", .kind = Kind::number, .min = 0.01, .max = 1.0},
             &RuntimeConfig::kv_cache_ratio);
         add({.key = "memory_budget_bytes", .env = "SPECD_MEMORY_BUDGET", .flag = "--memory-budget",
-             .help = "memory budget in bytes (0: available RAM)", .kind = Kind::integer, .min = 0, .max = 9.0e15},
+             .help = "memory budget in bytes (0: available RAM; on a GPU the VRAM free after the weights)", .kind = Kind::integer, .min = 0, .max = 9.0e15},
             &RuntimeConfig::memory_budget_bytes);
         add({.key = "threads", .env = "SPECD_THREADS", .flag = "-t,--threads", .help = "target compute threads (0: all)",
              .kind = Kind::integer, .min = 0, .max = 256},
@@ -96,6 +96,10 @@ const std::vector<Entry>& entries() {
         add({.key = "threads_draft", .env = "SPECD_THREADS_DRAFT", .flag = "--threads-draft",
              .help = "draft compute threads (0: as the target's)", .kind = Kind::integer, .min = 0, .max = 256},
             &RuntimeConfig::threads_draft);
+        add({.key = "device", .env = "SPECD_DEVICE", .flag = "--device",
+             .help = "where the models run: auto (a CUDA GPU when one is usable, else the CPU), cpu or cuda", .kind = Kind::choice,
+             .choices = {"auto", "cpu", "cuda"}},
+            &RuntimeConfig::device);
         add({.key = "prefill_chunk", .env = "SPECD_PREFILL_CHUNK", .flag = "--prefill-chunk", .help = "prompt tokens per verifier step",
              .kind = Kind::integer, .min = 1, .max = 4096},
             &RuntimeConfig::prefill_chunk);

@@ -53,6 +53,8 @@ struct RuntimeConfig {
     int64_t memory_budget_bytes = 0;   // "memory_budget_bytes" / SPECD_MEMORY_BUDGET: 0: the machine's available RAM
     int32_t threads_target = 0;        // "threads" / SPECD_THREADS: target compute threads; 0: all hardware threads
     int32_t threads_draft = 0;         // "threads_draft" / SPECD_THREADS_DRAFT: draft compute threads (its own pool); 0: as the target's
+    std::string device = "auto";       // "device" / SPECD_DEVICE: auto (CUDA GPU 0 when usable, else the CPU), cpu or cuda
+                                       //   (cuda without a usable GPU refuses to start)
     int32_t prefill_chunk = 128;       // "prefill_chunk" / SPECD_PREFILL_CHUNK: prompt tokens per verifier step
     int32_t max_step_tokens = 512;     // "batch_size" / SPECD_BATCH_SIZE: tokens per verifier step
     // ---- front end (read by `specd serve`; the embedded runtime ignores them)

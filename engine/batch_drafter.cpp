@@ -7,7 +7,7 @@
 
 namespace specd {
 
-BatchDrafter::BatchDrafter(ForwardPass* draft_fwd, PagedKvCache* draft_kv, int32_t ngram_min, int32_t ngram_max)
+BatchDrafter::BatchDrafter(ForwardBackend* draft_fwd, PagedKvCache* draft_kv, int32_t ngram_min, int32_t ngram_max)
     : fwd_(draft_fwd), kv_(draft_kv), ngram_(ngram_min, ngram_max),
       sampler_(SamplingParams{}, draft_fwd ? draft_fwd->n_vocab() : 1) {
     if ((fwd_ == nullptr) != (kv_ == nullptr)) throw Error("drafter: a draft model needs both its forward pass and its cache");

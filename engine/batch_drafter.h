@@ -40,7 +40,7 @@ class BatchDrafter {
 public:
     // With a draft model: `draft_fwd` runs it over `draft_kv` (one sequence
     // per request). Without (both null): n-gram lookup.
-    BatchDrafter(ForwardPass* draft_fwd, PagedKvCache* draft_kv, int32_t ngram_min = 1, int32_t ngram_max = 4);
+    BatchDrafter(ForwardBackend* draft_fwd, PagedKvCache* draft_kv, int32_t ngram_min = 1, int32_t ngram_max = 4);
 
     bool uses_model() const { return fwd_ != nullptr; }
     // Frees the request's draft sequence (no-op when it has none).
@@ -67,7 +67,7 @@ private:
     };
     void model_draft(std::span<const DraftJob> jobs, std::vector<DraftOutcome>& out, size_t first_out);
 
-    ForwardPass* fwd_;
+    ForwardBackend* fwd_;
     PagedKvCache* kv_;
     NgramProposer ngram_;
     Sampler sampler_;

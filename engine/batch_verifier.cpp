@@ -6,7 +6,7 @@
 
 namespace specd {
 
-BatchVerifier::BatchVerifier(ForwardPass& target, PagedKvCache& kv, BatchVerifierOptions options)
+BatchVerifier::BatchVerifier(ForwardBackend& target, PagedKvCache& kv, BatchVerifierOptions options)
     : fwd_(target), kv_(kv), options_(options), rule_(target.n_vocab()), sampler_(SamplingParams{}, target.n_vocab()) {
     if (options_.max_step_tokens < 1) throw Error("verifier: max_step_tokens must be >= 1");
     if (options_.prefill_chunk_tokens < 1) throw Error("verifier: prefill_chunk_tokens must be >= 1");

@@ -56,7 +56,7 @@ struct VerifyOutcome {
 class BatchVerifier {
 public:
     // `kv` holds the target's sequences (one per open request).
-    BatchVerifier(ForwardPass& target, PagedKvCache& kv, BatchVerifierOptions options = {});
+    BatchVerifier(ForwardBackend& target, PagedKvCache& kv, BatchVerifierOptions options = {});
 
     // A request starts / ends: creates / frees its KV sequence. close() of an
     // unknown request is a no-op (it may never have reached the verifier);
@@ -94,7 +94,7 @@ private:
     VerifyOutcome fail(const VerifyJob& job, std::string why, bool kv_full = false) const;
     void finish_verify(Queued& q, Request& r, const float* rows, VerifyOutcome& o);
 
-    ForwardPass& fwd_;
+    ForwardBackend& fwd_;
     PagedKvCache& kv_;
     BatchVerifierOptions options_;
     AcceptanceRule rule_;

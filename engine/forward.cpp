@@ -89,15 +89,8 @@ ForwardPass::ForwardPass(const LlamaModel& model, ThreadPool& pool, ForwardOptio
     in_cls_.reserve(options_.max_logit_rows, hp.dim);
 }
 
-KvCacheShape ForwardPass::kv_shape(int32_t n_ctx, int32_t n_sequences, int32_t block_size) const {
-    KvCacheShape s;
-    s.n_layers = model_.hparams().n_layers;
-    s.kv_dim = model_.hparams().kv_dim();
-    s.block_size = block_size;
-    s.max_seq_len = n_ctx;
-    s.max_sequences = n_sequences;
-    s.n_blocks = n_sequences * ((n_ctx + block_size - 1) / block_size);
-    return s;
+std::unique_ptr<PagedKvCache> ForwardPass::make_kv_cache(const KvCacheShape& shape) {
+    return std::make_unique<PagedKvCache>(shape);
 }
 
 std::span<const float> ForwardPass::forward(PagedKvCache& kv, std::span<const BatchItem> items) {
@@ -105,6 +98,7 @@ std::span<const float> ForwardPass::forward(PagedKvCache& kv, std::span<const Ba
     if (kv.shape().n_layers != hp.n_layers || kv.shape().kv_dim != hp.kv_dim()) {
         throw Error("forward: the KV cache was made for another model shape");
     }
+    if (!kv.has_storage()) throw Error("forward: the CPU backend needs a KV cache with host storage");
     int32_t m = 0, r = 0;
     for (size_t i = 0; i < items.size(); ++i) {
         const BatchItem& item = items[i];

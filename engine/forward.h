@@ -9,6 +9,7 @@
 #include <span>
 #include <vector>
 
+#include "engine/backend.h"
 #include "engine/error.h"
 #include "engine/kernels.h"
 #include "engine/kv_cache.h"
@@ -17,24 +18,8 @@
 
 namespace specd {
 
-// The KV pool has no block left for a sequence's new tokens.
-class KvCacheFull : public Error {
-public:
-    using Error::Error;
-};
-
-struct BatchItem {
-    int32_t seq = -1;                   // KV cache sequence; tokens are appended at its current length
-    std::span<const int32_t> tokens;    // new tokens (at least one)
-    bool all_logits = false;            // logits for every token (verification) or only the last (prefill/decode)
-};
-
-struct ForwardOptions {
-    int32_t max_batch_tokens = 512;  // most tokens in one forward() call (sum over items)
-    int32_t max_logit_rows = 256;    // most logit rows one call may return
-};
-
-class ForwardPass {
+// The CPU backend.
+class ForwardPass : public ForwardBackend {
 public:
     ForwardPass(const LlamaModel& model, ThreadPool& pool, ForwardOptions options = {});
 
@@ -43,17 +28,15 @@ public:
     // Each item's sequence grows by its token count. Throws KvCacheFull when
     // the pool lacks blocks (nothing is appended then), specd::Error for a bad
     // batch (token out of range, too many tokens, a sequence twice).
-    std::span<const float> forward(PagedKvCache& kv, std::span<const BatchItem> items);
+    std::span<const float> forward(PagedKvCache& kv, std::span<const BatchItem> items) override;
+    // A cache with host storage (what this backend reads and writes).
+    std::unique_ptr<PagedKvCache> make_kv_cache(const KvCacheShape& shape) override;
 
-    const LlamaModel& model() const { return model_; }
-    int32_t n_vocab() const { return model_.hparams().n_vocab; }
-    const ForwardOptions& options() const { return options_; }
+    const LlamaModel& model() const override { return model_; }
+    const ForwardOptions& options() const override { return options_; }
+    std::string name() const override { return "cpu"; }
     Isa isa() const { return isa_; }
     ThreadPool& pool() { return pool_; }
-
-    // A KV cache shape for this model with `n_sequences` slots of `n_ctx`
-    // positions each (the pool holds exactly that many blocks).
-    KvCacheShape kv_shape(int32_t n_ctx, int32_t n_sequences, int32_t block_size = 16) const;
 
 private:
     void run_layers(int ith, int nth, PagedKvCache& kv);

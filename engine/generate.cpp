@@ -28,7 +28,7 @@ void check_prompt_fits(size_t n_prompt_tokens, int32_t n_ctx) {
     }
 }
 
-std::span<const float> prefill(ForwardPass& fwd, PagedKvCache& kv, int32_t seq, std::span<const int32_t> prompt) {
+std::span<const float> prefill(ForwardBackend& fwd, PagedKvCache& kv, int32_t seq, std::span<const int32_t> prompt) {
     check_prompt_fits(prompt.size(), kv.shape().max_seq_len);
     const size_t chunk = static_cast<size_t>(fwd.options().max_batch_tokens);
     std::span<const float> logits;
@@ -41,7 +41,7 @@ std::span<const float> prefill(ForwardPass& fwd, PagedKvCache& kv, int32_t seq, 
     return logits;
 }
 
-PlainDecoder::PlainDecoder(ForwardPass& fwd, PagedKvCache& kv) : fwd_(fwd), kv_(kv) {
+PlainDecoder::PlainDecoder(ForwardBackend& fwd, PagedKvCache& kv) : fwd_(fwd), kv_(kv) {
     history_.reserve(static_cast<size_t>(kv.shape().max_seq_len));
 }
 

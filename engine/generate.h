@@ -39,7 +39,7 @@ using TokenCallback = std::function<bool(int32_t token)>;
 // at most the forward pass's batch size; returns the logits of the last
 // prompt token (n_vocab). Throws specd::Error if the prompt is empty or does
 // not fit the context (leaving one position to generate into).
-std::span<const float> prefill(ForwardPass& fwd, PagedKvCache& kv, int32_t seq, std::span<const int32_t> prompt);
+std::span<const float> prefill(ForwardBackend& fwd, PagedKvCache& kv, int32_t seq, std::span<const int32_t> prompt);
 
 // Validates a tokenized prompt against a context size: non-empty and at
 // most n_ctx - 1 tokens. The message names both numbers.
@@ -48,13 +48,13 @@ void check_prompt_fits(size_t n_prompt_tokens, int32_t n_ctx);
 class PlainDecoder {
 public:
     // The decoder uses one KV sequence of `kv` for each call to generate().
-    PlainDecoder(ForwardPass& fwd, PagedKvCache& kv);
+    PlainDecoder(ForwardBackend& fwd, PagedKvCache& kv);
 
     GenerationResult generate(std::span<const int32_t> prompt, const GenerationParams& params,
                               const TokenCallback& on_token = {});
 
 private:
-    ForwardPass& fwd_;
+    ForwardBackend& fwd_;
     PagedKvCache& kv_;
     std::vector<int32_t> history_;  // prompt + generated, capacity n_ctx
 };

@@ -10,7 +10,7 @@ size_t PagedKvCache::pool_bytes(const KvCacheShape& s) {
     return 2 * static_cast<size_t>(s.n_blocks) * s.n_layers * s.block_size * s.kv_dim * sizeof(float);
 }
 
-PagedKvCache::PagedKvCache(const KvCacheShape& shape) : shape_(shape) {
+PagedKvCache::PagedKvCache(const KvCacheShape& shape, KvStorage storage) : shape_(shape), storage_(storage) {
     if (shape.n_layers <= 0 || shape.kv_dim <= 0 || shape.block_size <= 0 || shape.n_blocks <= 0 ||
         shape.max_seq_len <= 0 || shape.max_sequences <= 0) {
         throw Error("KV cache: every dimension must be positive (layers " + std::to_string(shape.n_layers) +
@@ -18,8 +18,10 @@ PagedKvCache::PagedKvCache(const KvCacheShape& shape) : shape_(shape) {
                     ", blocks " + std::to_string(shape.n_blocks) + ")");
     }
     const size_t floats = static_cast<size_t>(shape.n_blocks) * shape.n_layers * shape.block_size * shape.kv_dim;
-    k_pool_.assign(floats, 0.0f);
-    v_pool_.assign(floats, 0.0f);
+    if (storage == KvStorage::Host) {
+        k_pool_.assign(floats, 0.0f);
+        v_pool_.assign(floats, 0.0f);
+    }
     free_list_.reserve(static_cast<size_t>(shape.n_blocks));
     for (int32_t b = shape.n_blocks - 1; b >= 0; --b) free_list_.push_back(b);
     seqs_.resize(static_cast<size_t>(shape.max_sequences));

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 namespace specd {
@@ -20,11 +21,18 @@ struct KvCacheShape {
     int32_t max_sequences = 64;  // sequence slots
 };
 
+// Where the keys and values live. Host: this object owns the f32 pools
+// (the CPU backend). None: block bookkeeping only; a device backend keeps
+// the storage, indexed by the same block ids, and key()/value() must not be
+// called.
+enum class KvStorage { Host, None };
+
 class PagedKvCache {
 public:
-    explicit PagedKvCache(const KvCacheShape& shape);
+    explicit PagedKvCache(const KvCacheShape& shape, KvStorage storage = KvStorage::Host);
 
     const KvCacheShape& shape() const { return shape_; }
+    bool has_storage() const { return storage_ == KvStorage::Host; }
     // Blocks needed to hold n positions.
     int32_t blocks_for(int32_t n_positions) const { return (n_positions + shape_.block_size - 1) / shape_.block_size; }
     // Bytes of the pool for a shape (K and V, f32).
@@ -57,6 +65,11 @@ public:
     const float* key_block(int32_t seq, int32_t layer, int32_t b) const { return block(k_pool_, seq, layer, b); }
     const float* value_block(int32_t seq, int32_t layer, int32_t b) const { return block(v_pool_, seq, layer, b); }
 
+    // The pool block ids of a sequence's blocks, in position order (block b
+    // holds positions [b*block_size, (b+1)*block_size)); valid until the
+    // sequence is reserved, truncated or freed.
+    std::span<const int32_t> block_table(int32_t seq) const { return seqs_[static_cast<size_t>(seq)].blocks; }
+
     int32_t free_blocks() const { return static_cast<int32_t>(free_list_.size()); }
     int32_t used_blocks() const { return shape_.n_blocks - free_blocks(); }
     int32_t active_sequences() const { return active_count_; }
@@ -81,8 +94,9 @@ private:
     Sequence& checked(int32_t seq);
 
     KvCacheShape shape_;
-    std::vector<float> k_pool_;  // (n_blocks, n_layers, block_size, kv_dim)
-    std::vector<float> v_pool_;  // (n_blocks, n_layers, block_size, kv_dim)
+    KvStorage storage_;
+    std::vector<float> k_pool_;  // (n_blocks, n_layers, block_size, kv_dim); empty without host storage
+    std::vector<float> v_pool_;  // (n_blocks, n_layers, block_size, kv_dim); empty without host storage
     std::vector<int32_t> free_list_;  // pool indices of free blocks (stack)
     std::vector<Sequence> seqs_;      // (max_sequences)
     std::vector<int32_t> free_slots_; // unused sequence ids (stack)

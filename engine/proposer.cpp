@@ -55,8 +55,13 @@ void check_vocab_compatible(const LlamaModel& target, const LlamaModel& draft) {
 
 DraftModelProposer::DraftModelProposer(const LlamaModel& target, const LlamaModel& draft, ThreadPool& pool,
                                        int32_t n_ctx)
-    : draft_(draft), fwd_(draft, pool), kv_(fwd_.kv_shape(std::min(n_ctx, draft.hparams().n_ctx_train), 1)) {
-    check_vocab_compatible(target, draft);
+    : DraftModelProposer(target, std::make_unique<ForwardPass>(draft, pool), n_ctx) {}
+
+DraftModelProposer::DraftModelProposer(const LlamaModel& target, std::unique_ptr<ForwardBackend> draft_backend,
+                                       int32_t n_ctx)
+    : draft_(draft_backend->model()), fwd_(std::move(draft_backend)) {
+    kv_ = fwd_->make_kv_cache(fwd_->kv_shape(std::min(n_ctx, draft_.hparams().n_ctx_train), 1));
+    check_vocab_compatible(target, draft_);
     cached_.reserve(static_cast<size_t>(n_ctx));
     history_.reserve(static_cast<size_t>(n_ctx));
 }
@@ -67,14 +72,14 @@ std::string DraftModelProposer::name() const {
 
 void DraftModelProposer::begin(std::span<const int32_t> prompt) {
     end();
-    seq_ = kv_.create_sequence();
-    prefill(fwd_, kv_, seq_, prompt);
+    seq_ = kv_->create_sequence();
+    prefill(*fwd_, *kv_, seq_, prompt);
     cached_.assign(prompt.begin(), prompt.end());
     sampler_.reset();
 }
 
 void DraftModelProposer::end() {
-    if (seq_ >= 0) kv_.free_sequence(seq_);
+    if (seq_ >= 0) kv_->free_sequence(seq_);
     seq_ = -1;
     cached_.clear();
 }
@@ -86,7 +91,7 @@ void DraftModelProposer::rollback_to(std::span<const int32_t> context) {
     // The last context token must be fed to get the next distribution.
     if (common == context.size() && common > 0) --common;
     cached_.resize(common);
-    kv_.truncate(seq_, static_cast<int32_t>(common));
+    kv_->truncate(seq_, static_cast<int32_t>(common));
 }
 
 void DraftModelProposer::accept(std::span<const int32_t> context) {
@@ -100,22 +105,22 @@ void DraftModelProposer::propose(const ProposeRequest& request, Draft& out) {
     if (!sampler_ || sampler_params_.temperature != sp.temperature || sampler_params_.top_k != sp.top_k ||
         sampler_params_.top_p != sp.top_p || sampler_params_.min_p != sp.min_p ||
         sampler_params_.repeat_penalty != sp.repeat_penalty || sampler_params_.repeat_last_n != sp.repeat_last_n) {
-        sampler_ = std::make_unique<Sampler>(sp, fwd_.n_vocab());
+        sampler_ = std::make_unique<Sampler>(sp, fwd_->n_vocab());
         sampler_params_ = sp;
     }
     rollback_to(request.context);
-    const int32_t room = kv_.shape().max_seq_len - static_cast<int32_t>(request.context.size());
+    const int32_t room = kv_->shape().max_seq_len - static_cast<int32_t>(request.context.size());
     const int32_t k = std::min(request.k, room);
     if (k <= 0) return;
 
     BatchItem item;
     item.seq = seq_;
     item.tokens = request.context.subspan(cached_.size());
-    std::span<const float> logits = fwd_.forward(kv_, std::span<const BatchItem>(&item, 1));
+    std::span<const float> logits = fwd_->forward(*kv_, std::span<const BatchItem>(&item, 1));
     cached_.insert(cached_.end(), item.tokens.begin(), item.tokens.end());
     history_.assign(request.context.begin(), request.context.end());
     const bool greedy = sp.greedy();
-    const int32_t V = fwd_.n_vocab();
+    const int32_t V = fwd_->n_vocab();
     for (int32_t i = 0; i < k; ++i) {
         int32_t token;
         if (greedy) {
@@ -139,7 +144,7 @@ void DraftModelProposer::propose(const ProposeRequest& request, Draft& out) {
         history_.push_back(token);
         if (i + 1 == k) break;
         item.tokens = std::span<const int32_t>(&history_.back(), 1);
-        logits = fwd_.forward(kv_, std::span<const BatchItem>(&item, 1));
+        logits = fwd_->forward(*kv_, std::span<const BatchItem>(&item, 1));
         cached_.push_back(token);
     }
 }

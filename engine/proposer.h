@@ -75,13 +75,16 @@ class DraftModelProposer : public Proposer {
 public:
     // `n_ctx`: the request's context size (the draft's cache holds one sequence of it).
     DraftModelProposer(const LlamaModel& target, const LlamaModel& draft, ThreadPool& pool, int32_t n_ctx);
+    // The draft runs on `draft_backend` (any backend, e.g. a GPU one) whose
+    // model() is the draft.
+    DraftModelProposer(const LlamaModel& target, std::unique_ptr<ForwardBackend> draft_backend, int32_t n_ctx);
     std::string name() const override;
     void begin(std::span<const int32_t> prompt) override;
     void propose(const ProposeRequest& request, Draft& out) override;
     void accept(std::span<const int32_t> context) override;
     void end() override;
 
-    const PagedKvCache& kv() const { return kv_; }
+    const PagedKvCache& kv() const { return *kv_; }
     int32_t cached_tokens() const { return static_cast<int32_t>(cached_.size()); }
     int32_t sequence() const { return seq_; }
 
@@ -90,8 +93,8 @@ private:
     void rollback_to(std::span<const int32_t> context);
 
     const LlamaModel& draft_;
-    ForwardPass fwd_;
-    PagedKvCache kv_;
+    std::unique_ptr<ForwardBackend> fwd_;
+    std::unique_ptr<PagedKvCache> kv_;  // made by fwd_: one sequence of the request's context
     int32_t seq_ = -1;
     std::vector<int32_t> cached_;         // tokens in the draft KV sequence, in order
     std::vector<int32_t> history_;        // context + drafted tokens, for the penalty

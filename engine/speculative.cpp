@@ -177,7 +177,7 @@ void DraftLengthController::record(int32_t k, int32_t n_accepted, double draft_m
 
 // ---------------------------------------------------------------- decoder ---
 
-SpeculativeDecoder::SpeculativeDecoder(ForwardPass& target, PagedKvCache& kv, Proposer* proposer)
+SpeculativeDecoder::SpeculativeDecoder(ForwardBackend& target, PagedKvCache& kv, Proposer* proposer)
     : fwd_(target), kv_(kv), proposer_(proposer), rule_(target.n_vocab()) {
     history_.reserve(static_cast<size_t>(kv.shape().max_seq_len));
 }

@@ -98,7 +98,7 @@ public:
     using StepObserver = std::function<void(const PagedKvCache& kv, int32_t seq, std::span<const int32_t> accepted)>;
 
     // The target's forward pass and cache; the proposer drafts (may be null: plain).
-    SpeculativeDecoder(ForwardPass& target, PagedKvCache& kv, Proposer* proposer);
+    SpeculativeDecoder(ForwardBackend& target, PagedKvCache& kv, Proposer* proposer);
 
     SpeculativeResult generate(std::span<const int32_t> prompt, const GenerationParams& params,
                                const SpeculativeParams& spec, const TokenCallback& on_token = {});
@@ -106,7 +106,7 @@ public:
     void set_step_observer(StepObserver observer) { observer_ = std::move(observer); }
 
 private:
-    ForwardPass& fwd_;
+    ForwardBackend& fwd_;
     PagedKvCache& kv_;
     Proposer* proposer_;
     StepObserver observer_;

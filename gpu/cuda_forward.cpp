@@ -1,0 +1,193 @@
+#include "gpu/cuda_forward.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "gpu/kernels.h"
+
+namespace specd::gpu {
+
+namespace {
+
+cudaDataType_t cuda_type(HalfType type) { return type == HalfType::F16 ? CUDA_R_16F : CUDA_R_16BF; }
+
+// Makes `device` current before the stream and handle members are created on it.
+int make_current(int device) {
+    SPECD_CUDA_CHECK(cudaSetDevice(device));
+    return device;
+}
+
+}  // namespace
+
+size_t CudaForward::kv_block_bytes(const LlamaHparams& hp, int32_t block_size) {
+    return 2 * static_cast<size_t>(hp.n_layers) * static_cast<size_t>(block_size) * static_cast<size_t>(hp.kv_dim()) *
+           sizeof(uint16_t);
+}
+
+CudaForward::CudaForward(std::shared_ptr<const DeviceModel> weights, const LlamaModel* model, ForwardOptions options)
+    : weights_(std::move(weights)),
+      model_(model),
+      options_(options),
+      device_(make_current(weights_->device())),
+      cublas_(stream_) {
+    const LlamaHparams& hp = weights_->hparams();
+    if (options_.max_batch_tokens <= 0 || options_.max_logit_rows <= 0) {
+        throw Error("forward: max_batch_tokens and max_logit_rows must be positive");
+    }
+    if (hp.dim != hp.n_heads * hp.head_dim) throw Error("cuda forward: dim must equal n_heads * head_dim");
+    options_.max_logit_rows = std::min(options_.max_logit_rows, options_.max_batch_tokens);
+    const size_t M = static_cast<size_t>(options_.max_batch_tokens), R = static_cast<size_t>(options_.max_logit_rows);
+    const size_t dim = static_cast<size_t>(hp.dim), kvd = static_cast<size_t>(hp.kv_dim()), ffn = static_cast<size_t>(hp.ffn_dim);
+    const size_t vocab = static_cast<size_t>(hp.n_vocab);
+    x_ = DeviceBuffer(M * dim * sizeof(float));
+    act_ = DeviceBuffer(M * std::max(dim, ffn) * sizeof(uint16_t));
+    qkv_ = DeviceBuffer(M * (dim + 2 * kvd) * sizeof(float));
+    gate_up_ = DeviceBuffer(M * 2 * ffn * sizeof(float));
+    out_act_ = DeviceBuffer(R * dim * sizeof(uint16_t));
+    logits_ = DeviceBuffer(R * vocab * sizeof(float));
+    tokens_ = DeviceBuffer(R * sizeof(int32_t));
+    top_ids_ = DeviceBuffer(R * kMaxTopK * sizeof(int32_t));
+    top_vals_ = DeviceBuffer(R * kMaxTopK * sizeof(float));
+    logits_host_ = PinnedBuffer(R * vocab * sizeof(float));
+    tokens_host_ = PinnedBuffer(R * sizeof(int32_t));
+    top_ids_host_ = PinnedBuffer(R * kMaxTopK * sizeof(int32_t));
+    top_vals_host_ = PinnedBuffer(R * kMaxTopK * sizeof(float));
+}
+
+CudaForward::~CudaForward() = default;
+
+const LlamaModel& CudaForward::model() const {
+    if (!model_) throw Error("cuda forward: a synthetic model has no LlamaModel (file, tokenizer)");
+    return *model_;
+}
+
+std::unique_ptr<PagedKvCache> CudaForward::make_kv_cache(const KvCacheShape& shape) {
+    const LlamaHparams& hp = weights_->hparams();
+    if (shape.n_layers != hp.n_layers || shape.kv_dim != hp.kv_dim()) {
+        throw Error("cuda forward: the KV cache shape is for another model");
+    }
+    SPECD_CUDA_CHECK(cudaSetDevice(device_));
+    auto kv = std::make_unique<PagedKvCache>(shape, KvStorage::None);
+    const size_t elements = static_cast<size_t>(shape.n_blocks) * shape.n_layers * shape.block_size * shape.kv_dim;
+    k_pool_ = DeviceBuffer();  // free the previous pool first: two would not fit where one is sized to the budget
+    v_pool_ = DeviceBuffer();
+    k_pool_ = DeviceBuffer(elements * sizeof(uint16_t));
+    v_pool_ = DeviceBuffer(elements * sizeof(uint16_t));
+    BatchLimits limits{hp.n_vocab, hp.n_ctx_train, options_.max_batch_tokens, options_.max_logit_rows};
+    const size_t capacity = packed_capacity(shape, limits);
+    packed_ = DeviceBuffer(capacity * sizeof(int32_t));
+    packed_host_ = PinnedBuffer(capacity * sizeof(int32_t));
+    layout_.packed.reserve(capacity);
+    kv_owner_ = kv.get();
+    return kv;
+}
+
+void CudaForward::gemm(const uint16_t* a, const uint16_t* w, float* c, int32_t m_rows, int32_t n_out, int32_t k, float beta) {
+    // Row-major C (m_rows, n_out) is column-major C^T (n_out, m_rows) = W · A^T:
+    // W row-major (n_out, k) read as column-major (k, n_out) and transposed,
+    // A row-major (m_rows, k) read as column-major (k, m_rows).
+    const float alpha = 1.0f;
+    const cudaDataType_t t = cuda_type(weights_->type());
+    SPECD_CUBLAS_CHECK(cublasGemmEx(cublas_.get(), CUBLAS_OP_T, CUBLAS_OP_N, n_out, m_rows, k, &alpha, w, t, k, a, t, k, &beta, c,
+                                    CUDA_R_32F, n_out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+int32_t CudaForward::run(PagedKvCache& kv, std::span<const BatchItem> items) {
+    const LlamaHparams& hp = weights_->hparams();
+    if (&kv != kv_owner_) throw Error("cuda forward: this KV cache was not made by this backend (make_kv_cache)");
+    SPECD_CUDA_CHECK(cudaSetDevice(device_));
+    const BatchLimits limits{hp.n_vocab, hp.n_ctx_train, options_.max_batch_tokens, options_.max_logit_rows};
+    plan_batch(kv, items, limits, layout_);
+    const int32_t m = layout_.n_rows, r = layout_.n_out;
+    if (m == 0) return 0;
+
+    const size_t packed_bytes = layout_.packed.size() * sizeof(int32_t);
+    std::memcpy(packed_host_.as(), layout_.packed.data(), packed_bytes);
+    cudaStream_t s = stream_.get();
+    start_.record(stream_);
+    SPECD_CUDA_CHECK(cudaMemcpyAsync(packed_.as(), packed_host_.as(), packed_bytes, cudaMemcpyHostToDevice, s));
+    const int32_t* packed = packed_.as<int32_t>();
+
+    const int32_t dim = hp.dim, kvd = hp.kv_dim(), ffn = hp.ffn_dim, qkv_ld = dim + 2 * kvd;
+    const HalfType ht = weights_->type();
+    RowsView rows;
+    rows.n_rows = m;
+    rows.row_pos = packed + layout_.at.row_pos;
+    rows.row_item = packed + layout_.at.row_item;
+    rows.block_table = packed + layout_.at.block_table;
+    rows.table_stride = layout_.table_stride;
+    const HeadShape heads{hp.n_heads, hp.n_kv_heads, hp.head_dim, hp.rope_dim / 2};
+    const KvCacheShape& ks = kv.shape();
+    const KvPoolView pool{k_pool_.as<uint16_t>(), v_pool_.as<uint16_t>(), ht, ks.n_layers, ks.block_size, ks.kv_dim};
+
+    float* x = x_.as<float>();
+    uint16_t* act = act_.as<uint16_t>();
+    float* qkv = qkv_.as<float>();
+    float* gate_up = gate_up_.as<float>();
+
+    launch_embed_gather(weights_->token_embedding(), ht, packed + layout_.at.row_token, m, dim, x, s);
+    for (int32_t l = 0; l < hp.n_layers; ++l) {
+        const DeviceLayer& L = weights_->layers()[static_cast<size_t>(l)];
+        launch_rms_norm_to_half(x, L.attn_norm.as<float>(), nullptr, m, dim, hp.rms_eps, ht, act, s);
+        gemm(act, L.wqkv.as<uint16_t>(), qkv, m, qkv_ld, dim, 0.0f);
+        launch_rope_store_kv(qkv, qkv_ld, rows, heads, weights_->rope_cos(), weights_->rope_sin(), pool, l, s);
+        launch_paged_attention(qkv, qkv_ld, rows, heads, pool, l, layout_.max_positions, ht, act, s);
+        gemm(act, L.wo.as<uint16_t>(), x, m, dim, dim, 1.0f);  // x += attention · wo^T
+        launch_rms_norm_to_half(x, L.ffn_norm.as<float>(), nullptr, m, dim, hp.rms_eps, ht, act, s);
+        gemm(act, L.w_gate_up.as<uint16_t>(), gate_up, m, 2 * ffn, dim, 0.0f);
+        launch_swiglu_to_half(gate_up, m, ffn, ht, act, s);
+        gemm(act, L.w_down.as<uint16_t>(), x, m, dim, ffn, 1.0f);  // x += swiglu · w_down^T
+    }
+    launch_rms_norm_to_half(x, weights_->output_norm(), packed + layout_.at.out_row, r, dim, hp.rms_eps, ht,
+                            out_act_.as<uint16_t>(), s);
+    gemm(out_act_.as<uint16_t>(), weights_->classifier(), logits_.as<float>(), r, hp.n_vocab, dim, 0.0f);
+    return r;
+}
+
+void CudaForward::finish(PagedKvCache& kv, std::span<const BatchItem> items) {
+    end_.record(stream_);
+    end_.synchronize();  // this thread waits for its own stream only
+    for (const BatchItem& item : items) {
+        kv.set_length(item.seq, kv.length(item.seq) + static_cast<int32_t>(item.tokens.size()));
+    }
+}
+
+std::span<const float> CudaForward::forward(PagedKvCache& kv, std::span<const BatchItem> items) {
+    const int32_t r = run(kv, items);
+    if (r == 0) return {};
+    const size_t bytes = static_cast<size_t>(r) * static_cast<size_t>(weights_->hparams().n_vocab) * sizeof(float);
+    SPECD_CUDA_CHECK(cudaMemcpyAsync(logits_host_.as(), logits_.as(), bytes, cudaMemcpyDeviceToHost, stream_.get()));
+    finish(kv, items);
+    return {logits_host_.as<const float>(), bytes / sizeof(float)};
+}
+
+void CudaForward::forward_argmax(PagedKvCache& kv, std::span<const BatchItem> items, std::vector<int32_t>& out) {
+    out.clear();
+    const int32_t r = run(kv, items);
+    if (r == 0) return;
+    launch_argmax_rows(logits_.as<float>(), r, weights_->hparams().n_vocab, tokens_.as<int32_t>(), stream_.get());
+    SPECD_CUDA_CHECK(cudaMemcpyAsync(tokens_host_.as(), tokens_.as(), static_cast<size_t>(r) * sizeof(int32_t),
+                                     cudaMemcpyDeviceToHost, stream_.get()));
+    finish(kv, items);
+    out.assign(tokens_host_.as<int32_t>(), tokens_host_.as<int32_t>() + r);
+}
+
+void CudaForward::forward_top_k(PagedKvCache& kv, std::span<const BatchItem> items, float temperature, int32_t k,
+                                std::vector<int32_t>& ids, std::vector<float>& probs) {
+    ids.clear();
+    probs.clear();
+    if (k < 1 || k > kMaxTopK) throw Error("cuda forward: top-k k = " + std::to_string(k) + " outside 1.." + std::to_string(kMaxTopK));
+    const int32_t r = run(kv, items);
+    if (r == 0) return;
+    const int32_t vocab = weights_->hparams().n_vocab;
+    launch_softmax_rows(logits_.as<float>(), r, vocab, temperature, stream_.get());
+    launch_top_k_rows(logits_.as<float>(), r, vocab, k, top_ids_.as<int32_t>(), top_vals_.as<float>(), stream_.get());
+    const size_t n = static_cast<size_t>(r) * static_cast<size_t>(k);
+    SPECD_CUDA_CHECK(cudaMemcpyAsync(top_ids_host_.as(), top_ids_.as(), n * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_.get()));
+    SPECD_CUDA_CHECK(cudaMemcpyAsync(top_vals_host_.as(), top_vals_.as(), n * sizeof(float), cudaMemcpyDeviceToHost, stream_.get()));
+    finish(kv, items);
+    ids.assign(top_ids_host_.as<int32_t>(), top_ids_host_.as<int32_t>() + n);
+    probs.assign(top_vals_host_.as<float>(), top_vals_host_.as<float>() + n);
+}
+
+}  // namespace specd::gpu

@@ -1,0 +1,101 @@
+// The Llama forward pass on a CUDA GPU, behind the engine's ForwardBackend
+// interface: own kernels for the element-wise parts and attention over the
+// paged KV cache (gpu/kernels.h), cuBLAS GEMMs (16-bit in, f32 accumulate)
+// for the projections and the classifier. Each instance owns one stream and
+// one cuBLAS handle: it is one "GPU compute actor". Two instances (the
+// draft's and the verifier's) on one device run side by side, each host
+// thread waiting only on its own stream's event. The weights are shared
+// (DeviceModel, uploaded once per device); the K/V storage of the cache this
+// backend made lives in VRAM, indexed by the host cache's block ids.
+// All device memory is allocated in the constructor and make_kv_cache();
+// forward() allocates nothing.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/backend.h"
+#include "gpu/batch_layout.h"
+#include "gpu/cuda_handles.h"
+#include "gpu/device_model.h"
+
+namespace specd::gpu {
+
+class CudaForward : public ForwardBackend {
+public:
+    // `model` is the LlamaModel the weights came from; null for a synthetic
+    // DeviceModel (then model() throws: only the device-side entry points work).
+    CudaForward(std::shared_ptr<const DeviceModel> weights, const LlamaModel* model, ForwardOptions options = {});
+    ~CudaForward() override;
+
+    std::span<const float> forward(PagedKvCache& kv, std::span<const BatchItem> items) override;
+    // Block tables on the host, K/V storage in VRAM (16-bit). One cache per
+    // backend: a second call replaces the first (whose cache must be gone).
+    std::unique_ptr<PagedKvCache> make_kv_cache(const KvCacheShape& shape) override;
+    const LlamaModel& model() const override;
+    const ForwardOptions& options() const override { return options_; }
+    std::string name() const override { return "cuda:" + std::to_string(weights_->device()); }
+
+    // Device-side sampling: runs the batch and brings back only the argmax
+    // token of each logit row (greedy decoding), `out` (n_rows).
+    void forward_argmax(PagedKvCache& kv, std::span<const BatchItem> items, std::vector<int32_t>& out);
+    // Runs the batch and brings back the k most probable tokens of each
+    // logit row of softmax(logits / temperature): ids and probs (n_rows, k),
+    // descending. 1 <= k <= kMaxTopK.
+    void forward_top_k(PagedKvCache& kv, std::span<const BatchItem> items, float temperature, int32_t k,
+                       std::vector<int32_t>& ids, std::vector<float>& probs);
+    static constexpr int32_t kMaxTopK = 64;
+
+    // Bytes of one KV block (K and V, 16-bit) of a model: what the KV budget divides by.
+    static size_t kv_block_bytes(const LlamaHparams& hparams, int32_t block_size);
+
+    const DeviceModel& weights() const { return *weights_; }
+    const Stream& stream() const { return stream_; }
+    // Events recorded around the device work of the latest forward call
+    // (for overlap measurements and timing without host clocks).
+    const Event& last_start() const { return start_; }
+    const Event& last_end() const { return end_; }
+
+private:
+    // Validates and plans the batch, runs it; logits stay on the device
+    // (logits_, n_out rows). Returns n_out.
+    int32_t run(PagedKvCache& kv, std::span<const BatchItem> items);
+    // C (m_rows, n_out) f32 = A (m_rows, k) 16-bit · W (n_out, k)^T 16-bit + beta * C.
+    void gemm(const uint16_t* a, const uint16_t* w, float* c, int32_t m_rows, int32_t n_out, int32_t k, float beta);
+    void finish(PagedKvCache& kv, std::span<const BatchItem> items);
+
+    std::shared_ptr<const DeviceModel> weights_;
+    const LlamaModel* model_;
+    ForwardOptions options_;
+    int device_;
+    Stream stream_;
+    CublasHandle cublas_;
+    Event start_, end_;
+
+    // Scratch, M = max_batch_tokens, R = max_logit_rows.
+    DeviceBuffer x_;         // (M, dim) f32 residual stream
+    DeviceBuffer act_;       // (M, max(dim, ffn_dim)) 16-bit: GEMM inputs (normed rows, attention output, SwiGLU output)
+    DeviceBuffer qkv_;       // (M, dim + 2*kv_dim) f32 q | k | v
+    DeviceBuffer gate_up_;   // (M, 2*ffn_dim) f32 gate | up
+    DeviceBuffer out_act_;   // (R, dim) 16-bit normed rows that need logits
+    DeviceBuffer logits_;    // (R, n_vocab) f32
+    DeviceBuffer tokens_;    // (R) int32 argmax per row
+    DeviceBuffer top_ids_;   // (R, kMaxTopK) int32
+    DeviceBuffer top_vals_;  // (R, kMaxTopK) f32
+    PinnedBuffer logits_host_;    // (R, n_vocab) f32
+    PinnedBuffer tokens_host_;    // (R) int32
+    PinnedBuffer top_ids_host_;   // (R, kMaxTopK) int32
+    PinnedBuffer top_vals_host_;  // (R, kMaxTopK) f32
+
+    // The cache this backend made (set by make_kv_cache).
+    const PagedKvCache* kv_owner_ = nullptr;
+    DeviceBuffer k_pool_;        // (n_blocks, n_layers, block_size, kv_dim) 16-bit
+    DeviceBuffer v_pool_;        // (n_blocks, n_layers, block_size, kv_dim) 16-bit
+    DeviceBuffer packed_;        // (packed_capacity) int32: the batch layout
+    PinnedBuffer packed_host_;   // (packed_capacity) int32 staging for the one upload
+    BatchLayout layout_;
+};
+
+}  // namespace specd::gpu

@@ -1,0 +1,457 @@
+// The GPU backend's kernels; see kernels.h for shapes and conventions.
+// Launch bounds: every kernel either uses one block per row (grid.x or
+// grid.y = n_rows, at most 65535 in y, far above max_batch_tokens) or a
+// grid-stride loop, so no size limits the grid.
+#include "gpu/kernels.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cfloat>
+#include <string>
+
+#include "gpu/cuda_handles.h"
+
+namespace specd::gpu {
+
+namespace {
+
+constexpr int kWarp = 32;
+constexpr int kRowThreads = 256;       // threads of the one-block-per-row kernels (a multiple of 32, at most 1024)
+constexpr int kAttentionThreads = 128; // threads per (head, row) of the attention kernel
+
+template <bool kBf16>
+__device__ __forceinline__ float to_f32(uint16_t h) {
+    if constexpr (kBf16) {
+        return __bfloat162float(__ushort_as_bfloat16(h));
+    } else {
+        return __half2float(__ushort_as_half(h));
+    }
+}
+
+template <bool kBf16>
+__device__ __forceinline__ uint16_t from_f32(float x) {
+    if constexpr (kBf16) {
+        return __bfloat16_as_ushort(__float2bfloat16_rn(x));
+    } else {
+        return __half_as_ushort(__float2half_rn(x));
+    }
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int offset = kWarp / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+    for (int offset = kWarp / 2; offset > 0; offset /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+    return v;
+}
+
+// Sum / max over the block; every thread gets the result. `scratch` holds
+// blockDim.x / 32 floats; the trailing barrier lets the caller reuse it.
+__device__ float block_sum(float v, float* scratch) {
+    const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, n_warps = blockDim.x / kWarp;
+    v = warp_sum(v);
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    v = threadIdx.x < n_warps ? scratch[threadIdx.x] : 0.0f;
+    if (warp == 0) v = warp_sum(v);
+    if (threadIdx.x == 0) scratch[0] = v;
+    __syncthreads();
+    const float result = scratch[0];
+    __syncthreads();
+    return result;
+}
+
+__device__ float block_max(float v, float* scratch) {
+    const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, n_warps = blockDim.x / kWarp;
+    v = warp_max(v);
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    v = threadIdx.x < n_warps ? scratch[threadIdx.x] : -FLT_MAX;
+    if (warp == 0) v = warp_max(v);
+    if (threadIdx.x == 0) scratch[0] = v;
+    __syncthreads();
+    const float result = scratch[0];
+    __syncthreads();
+    return result;
+}
+
+// (value, id) ordered by value descending, then id ascending: a "beats" b.
+__device__ __forceinline__ bool beats(float va, int32_t ia, float vb, int32_t ib) {
+    return va > vb || (va == vb && ia < ib);
+}
+
+// The block's best (value, id); every thread gets it. Scratch: 2 * 32 words.
+__device__ void block_best(float& v, int32_t& id, float* scratch_v, int32_t* scratch_i) {
+    const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, n_warps = blockDim.x / kWarp;
+    for (int offset = kWarp / 2; offset > 0; offset /= 2) {
+        const float ov = __shfl_xor_sync(0xffffffffu, v, offset);
+        const int32_t oi = __shfl_xor_sync(0xffffffffu, id, offset);
+        if (beats(ov, oi, v, id)) {
+            v = ov;
+            id = oi;
+        }
+    }
+    if (lane == 0) {
+        scratch_v[warp] = v;
+        scratch_i[warp] = id;
+    }
+    __syncthreads();
+    if (warp == 0) {
+        v = lane < n_warps ? scratch_v[lane] : -INFINITY;
+        id = lane < n_warps ? scratch_i[lane] : INT32_MAX;
+        for (int offset = kWarp / 2; offset > 0; offset /= 2) {
+            const float ov = __shfl_xor_sync(0xffffffffu, v, offset);
+            const int32_t oi = __shfl_xor_sync(0xffffffffu, id, offset);
+            if (beats(ov, oi, v, id)) {
+                v = ov;
+                id = oi;
+            }
+        }
+        if (lane == 0) {
+            scratch_v[0] = v;
+            scratch_i[0] = id;
+        }
+    }
+    __syncthreads();
+    v = scratch_v[0];
+    id = scratch_i[0];
+    __syncthreads();
+}
+
+// ------------------------------------------------------------ kernels ---
+
+template <bool kBf16>
+__global__ void embed_gather_kernel(const uint16_t* __restrict__ table, const int32_t* __restrict__ tokens, int32_t dim,
+                                    float* __restrict__ x) {
+    const int32_t r = blockIdx.x;
+    const uint16_t* src = table + static_cast<size_t>(tokens[r]) * dim;
+    float* dst = x + static_cast<size_t>(r) * dim;
+    for (int32_t i = threadIdx.x; i < dim; i += blockDim.x) dst[i] = to_f32<kBf16>(src[i]);
+}
+
+template <bool kBf16>
+__global__ void rms_norm_kernel(const float* __restrict__ x, const float* __restrict__ weight, const int32_t* __restrict__ rows,
+                                int32_t dim, float eps, uint16_t* __restrict__ out) {
+    __shared__ float scratch[kRowThreads / kWarp];
+    const int32_t r = blockIdx.x;
+    const float* src = x + static_cast<size_t>(rows ? rows[r] : r) * dim;
+    float ss = 0.0f;
+    for (int32_t i = threadIdx.x; i < dim; i += blockDim.x) ss += src[i] * src[i];
+    ss = block_sum(ss, scratch);
+    const float scale = 1.0f / sqrtf(ss / static_cast<float>(dim) + eps);
+    uint16_t* dst = out + static_cast<size_t>(r) * dim;
+    for (int32_t i = threadIdx.x; i < dim; i += blockDim.x) dst[i] = from_f32<kBf16>(src[i] * scale * weight[i]);
+}
+
+// Offset of (block b, layer, slot) in the pool, in elements.
+__device__ __forceinline__ size_t pool_offset(int32_t block, int32_t layer, int32_t slot, const KvPoolView& pool) {
+    return ((static_cast<size_t>(block) * pool.n_layers + layer) * pool.block_size + slot) * static_cast<size_t>(pool.kv_dim);
+}
+
+__device__ __forceinline__ int32_t block_of(const RowsView& rows, int32_t r, int32_t pos, int32_t block_size) {
+    return rows.block_table[static_cast<size_t>(rows.row_item[r]) * rows.table_stride + pos / block_size];
+}
+
+template <bool kBf16>
+__global__ void rope_store_kv_kernel(float* __restrict__ qkv, int32_t qkv_ld, RowsView rows, HeadShape heads,
+                                     const float* __restrict__ rope_cos, const float* __restrict__ rope_sin, KvPoolView pool,
+                                     int32_t layer) {
+    const int32_t r = blockIdx.x;
+    const int32_t pos = rows.row_pos[r];
+    const int32_t q_dim = heads.n_heads * heads.head_dim, kv_dim = heads.n_kv_heads * heads.head_dim;
+    float* q = qkv + static_cast<size_t>(r) * qkv_ld;
+    float* k = q + q_dim;
+    const float* v = k + kv_dim;
+    const float* c = rope_cos + static_cast<size_t>(pos) * heads.rope_half;
+    const float* s = rope_sin + static_cast<size_t>(pos) * heads.rope_half;
+    // Pairs of q heads then pairs of k heads; each pair is rotated by one thread.
+    const int32_t q_pairs = heads.n_heads * heads.rope_half, all_pairs = q_pairs + heads.n_kv_heads * heads.rope_half;
+    for (int32_t p = threadIdx.x; p < all_pairs; p += blockDim.x) {
+        float* base = p < q_pairs ? q : k;
+        const int32_t local = p < q_pairs ? p : p - q_pairs;
+        const int32_t head = local / heads.rope_half, i = local % heads.rope_half;
+        float* pair = base + static_cast<size_t>(head) * heads.head_dim + 2 * i;
+        const float x0 = pair[0], x1 = pair[1];
+        pair[0] = x0 * c[i] - x1 * s[i];
+        pair[1] = x0 * s[i] + x1 * c[i];
+    }
+    __syncthreads();  // k is rotated before it is stored
+    const int32_t block = block_of(rows, r, pos, pool.block_size);
+    const size_t at = pool_offset(block, layer, pos % pool.block_size, pool);
+    for (int32_t j = threadIdx.x; j < kv_dim; j += blockDim.x) {
+        pool.k[at + j] = from_f32<kBf16>(k[j]);
+        pool.v[at + j] = from_f32<kBf16>(v[j]);
+    }
+}
+
+// One block per (head, row). Shared memory: q (head_dim), then the scores
+// of positions [0, max_positions), then 32 floats of reduction scratch.
+template <bool kBf16>
+__global__ void paged_attention_kernel(const float* __restrict__ qkv, int32_t qkv_ld, RowsView rows, HeadShape heads,
+                                       KvPoolView pool, int32_t layer, int32_t max_positions, uint16_t* __restrict__ out) {
+    extern __shared__ float smem[];
+    const int32_t hd = heads.head_dim;
+    float* q = smem;                      // (head_dim) scaled query
+    float* scores = q + hd;               // (max_positions)
+    float* scratch = scores + max_positions;  // (32)
+    const int32_t h = blockIdx.x, r = blockIdx.y;
+    const int32_t n_pos = rows.row_pos[r] + 1;
+    const int32_t kv_head = h / (heads.n_heads / heads.n_kv_heads);
+    const float scale = rsqrtf(static_cast<float>(hd));
+    const float* q_src = qkv + static_cast<size_t>(r) * qkv_ld + static_cast<size_t>(h) * hd;
+    for (int32_t d = threadIdx.x; d < hd; d += blockDim.x) q[d] = q_src[d] * scale;
+    __syncthreads();
+
+    // Scores: one warp per position, lanes split the head dimension.
+    const int32_t lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, n_warps = blockDim.x / kWarp;
+    for (int32_t p = warp; p < n_pos; p += n_warps) {
+        const int32_t block = block_of(rows, r, p, pool.block_size);
+        const uint16_t* key = pool.k + pool_offset(block, layer, p % pool.block_size, pool) + static_cast<size_t>(kv_head) * hd;
+        float dot = 0.0f;
+        for (int32_t d = lane; d < hd; d += kWarp) dot += q[d] * to_f32<kBf16>(key[d]);
+        dot = warp_sum(dot);
+        if (lane == 0) scores[p] = dot;
+    }
+    __syncthreads();
+
+    float local_max = -FLT_MAX;
+    for (int32_t p = threadIdx.x; p < n_pos; p += blockDim.x) local_max = fmaxf(local_max, scores[p]);
+    const float max_score = block_max(local_max, scratch);
+    float local_sum = 0.0f;
+    for (int32_t p = threadIdx.x; p < n_pos; p += blockDim.x) {
+        const float e = __expf(scores[p] - max_score);
+        scores[p] = e;
+        local_sum += e;
+    }
+    const float inv_sum = 1.0f / block_sum(local_sum, scratch);  // block_sum's barriers publish scores[]
+
+    // Weighted sum of values: thread d owns output dimension d.
+    uint16_t* dst = out + static_cast<size_t>(r) * heads.n_heads * hd + static_cast<size_t>(h) * hd;
+    for (int32_t d = threadIdx.x; d < hd; d += blockDim.x) {
+        float acc = 0.0f;
+        for (int32_t p = 0; p < n_pos; ++p) {
+            const int32_t block = block_of(rows, r, p, pool.block_size);
+            const uint16_t* value = pool.v + pool_offset(block, layer, p % pool.block_size, pool) + static_cast<size_t>(kv_head) * hd;
+            acc += scores[p] * to_f32<kBf16>(value[d]);
+        }
+        dst[d] = from_f32<kBf16>(acc * inv_sum);
+    }
+}
+
+template <bool kBf16>
+__global__ void swiglu_kernel(const float* __restrict__ gate_up, int32_t n_rows, int32_t ffn, uint16_t* __restrict__ out) {
+    const size_t n = static_cast<size_t>(n_rows) * ffn;
+    for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n; i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+        const size_t r = i / ffn, j = i % ffn;
+        const float g = gate_up[r * 2 * ffn + j], u = gate_up[r * 2 * ffn + ffn + j];
+        out[i] = from_f32<kBf16>(g / (1.0f + expf(-g)) * u);
+    }
+}
+
+__global__ void argmax_kernel(const float* __restrict__ logits, int32_t n_vocab, int32_t* __restrict__ out) {
+    __shared__ float scratch_v[kWarp];
+    __shared__ int32_t scratch_i[kWarp];
+    const float* row = logits + static_cast<size_t>(blockIdx.x) * n_vocab;
+    float best = -INFINITY;  // below every logit, masked (-inf) ones included, so a row always yields an id
+    int32_t best_id = INT32_MAX;
+    for (int32_t i = threadIdx.x; i < n_vocab; i += blockDim.x) {
+        if (beats(row[i], i, best, best_id)) {
+            best = row[i];
+            best_id = i;
+        }
+    }
+    block_best(best, best_id, scratch_v, scratch_i);
+    if (threadIdx.x == 0) out[blockIdx.x] = best_id;
+}
+
+__global__ void softmax_kernel(float* __restrict__ rows, int32_t n_vocab, float inv_temperature) {
+    __shared__ float scratch[kRowThreads / kWarp];
+    float* row = rows + static_cast<size_t>(blockIdx.x) * n_vocab;
+    float local_max = -FLT_MAX;
+    for (int32_t i = threadIdx.x; i < n_vocab; i += blockDim.x) local_max = fmaxf(local_max, row[i] * inv_temperature);
+    const float max_v = block_max(local_max, scratch);
+    float local_sum = 0.0f;
+    for (int32_t i = threadIdx.x; i < n_vocab; i += blockDim.x) {
+        const float e = expf(row[i] * inv_temperature - max_v);
+        row[i] = e;
+        local_sum += e;
+    }
+    const float inv_sum = 1.0f / block_sum(local_sum, scratch);
+    for (int32_t i = threadIdx.x; i < n_vocab; i += blockDim.x) row[i] *= inv_sum;
+}
+
+// k rounds of a block-wide argmax, each over the entries that rank below
+// the previous round's winner in (value desc, id asc) order: O(k * n_vocab / threads).
+__global__ void top_k_kernel(const float* __restrict__ rows, int32_t n_vocab, int32_t k, int32_t* __restrict__ ids,
+                             float* __restrict__ values) {
+    __shared__ float scratch_v[kWarp];
+    __shared__ int32_t scratch_i[kWarp];
+    const float* row = rows + static_cast<size_t>(blockIdx.x) * n_vocab;
+    float prev_v = INFINITY;
+    int32_t prev_i = -1;
+    for (int32_t round = 0; round < k; ++round) {
+        float best = -INFINITY;
+        int32_t best_id = INT32_MAX;
+        for (int32_t i = threadIdx.x; i < n_vocab; i += blockDim.x) {
+            const float v = row[i];
+            if (beats(prev_v, prev_i, v, i) && beats(v, i, best, best_id)) {
+                best = v;
+                best_id = i;
+            }
+        }
+        block_best(best, best_id, scratch_v, scratch_i);
+        if (threadIdx.x == 0) {
+            ids[static_cast<size_t>(blockIdx.x) * k + round] = best_id;
+            values[static_cast<size_t>(blockIdx.x) * k + round] = best;
+        }
+        prev_v = best;
+        prev_i = best_id;
+    }
+}
+
+__device__ __forceinline__ uint64_t mix64(uint64_t x) {
+    // splitmix64's finaliser: a well-spread hash of the index.
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+template <bool kBf16>
+__global__ void fill_random_kernel(uint16_t* __restrict__ dst, size_t n, uint64_t seed, float scale) {
+    for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n; i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+        const float unit = static_cast<float>(mix64(seed ^ (i * 0x2545f4914f6cdd1dull)) >> 40) * (1.0f / 16777216.0f);  // [0, 1)
+        dst[i] = from_f32<kBf16>((2.0f * unit - 1.0f) * scale);
+    }
+}
+
+__global__ void fill_float_kernel(float* __restrict__ dst, size_t n, float value) {
+    for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n; i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+        dst[i] = value;
+    }
+}
+
+// Blocks for a grid-stride loop over n elements: enough to fill the GPU,
+// never more than the elements need.
+unsigned stride_blocks(size_t n) {
+    const size_t wanted = (n + kRowThreads - 1) / kRowThreads;
+    return static_cast<unsigned>(wanted < 4096 ? (wanted > 0 ? wanted : 1) : 4096);
+}
+
+}  // namespace
+
+void launch_embed_gather(const uint16_t* table, HalfType table_type, const int32_t* tokens, int32_t n_rows, int32_t dim,
+                         float* x, cudaStream_t stream) {
+    if (n_rows <= 0) return;
+    if (table_type == HalfType::BF16) {
+        embed_gather_kernel<true><<<n_rows, kRowThreads, 0, stream>>>(table, tokens, dim, x);
+    } else {
+        embed_gather_kernel<false><<<n_rows, kRowThreads, 0, stream>>>(table, tokens, dim, x);
+    }
+    SPECD_CUDA_CHECK_LAUNCH();
+}
+
+void launch_rms_norm_to_half(const float* x, const float* weight, const int32_t* rows, int32_t n_rows, int32_t dim, float eps,
+                             HalfType out_type, uint16_t* out, cudaStream_t stream) {
+    if (n_rows <= 0) return;
+    if (out_type == HalfType::BF16) {
+        rms_norm_kernel<true><<<n_rows, kRowThreads, 0, stream>>>(x, weight, rows, dim, eps, out);
+    } else {
+        rms_norm_kernel<false><<<n_rows, kRowThreads, 0, stream>>>(x, weight, rows, dim, eps, out);
+    }
+    SPECD_CUDA_CHECK_LAUNCH();
+}
+
+void launch_rope_store_kv(float* qkv, int32_t qkv_ld, const RowsView& rows, const HeadShape& heads, const float* rope_cos,
+                          const float* rope_sin, const KvPoolView& pool, int32_t layer, cudaStream_t stream) {
+    if (rows.n_rows <= 0) return;
+    if (pool.type == HalfType::BF16) {
+        rope_store_kv_kernel<true><<<rows.n_rows, kRowThreads, 0, stream>>>(qkv, qkv_ld, rows, heads, rope_cos, rope_sin, pool, layer);
+    } else {
+        rope_store_kv_kernel<false><<<rows.n_rows, kRowThreads, 0, stream>>>(qkv, qkv_ld, rows, heads, rope_cos, rope_sin, pool, layer);
+    }
+    SPECD_CUDA_CHECK_LAUNCH();
+}
+
+void launch_paged_attention(const float* qkv, int32_t qkv_ld, const RowsView& rows, const HeadShape& heads,
+                            const KvPoolView& pool, int32_t layer, int32_t max_positions, HalfType out_type, uint16_t* out,
+                            cudaStream_t stream) {
+    if (rows.n_rows <= 0) return;
+    if (out_type != pool.type) throw Error("paged attention: the output type must be the KV pool's");
+    if (heads.n_kv_heads <= 0 || heads.n_heads % heads.n_kv_heads != 0) {
+        throw Error("paged attention: " + std::to_string(heads.n_heads) + " heads are not a multiple of " +
+                    std::to_string(heads.n_kv_heads) + " kv heads");
+    }
+    const size_t smem = (static_cast<size_t>(heads.head_dim) + static_cast<size_t>(max_positions) + kWarp) * sizeof(float);
+    const dim3 grid(static_cast<unsigned>(heads.n_heads), static_cast<unsigned>(rows.n_rows));
+    // Beyond the default 48 KiB of dynamic shared memory a kernel must opt in.
+    constexpr size_t kDefaultSmem = 48 * 1024;
+    if (pool.type == HalfType::BF16) {
+        if (smem > kDefaultSmem) {
+            SPECD_CUDA_CHECK(cudaFuncSetAttribute(paged_attention_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                  static_cast<int>(smem)));
+        }
+        paged_attention_kernel<true><<<grid, kAttentionThreads, smem, stream>>>(qkv, qkv_ld, rows, heads, pool, layer, max_positions, out);
+    } else {
+        if (smem > kDefaultSmem) {
+            SPECD_CUDA_CHECK(cudaFuncSetAttribute(paged_attention_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                  static_cast<int>(smem)));
+        }
+        paged_attention_kernel<false><<<grid, kAttentionThreads, smem, stream>>>(qkv, qkv_ld, rows, heads, pool, layer, max_positions, out);
+    }
+    SPECD_CUDA_CHECK_LAUNCH();
+}
+
+void launch_swiglu_to_half(const float* gate_up, int32_t n_rows, int32_t ffn, HalfType out_type, uint16_t* out,
+                           cudaStream_t stream) {
+    const size_t n = static_cast<size_t>(n_rows) * static_cast<size_t>(ffn);
+    if (n == 0) return;
+    if (out_type == HalfType::BF16) {
+        swiglu_kernel<true><<<stride_blocks(n), kRowThreads, 0, stream>>>(gate_up, n_rows, ffn, out);
+    } else {
+        swiglu_kernel<false><<<stride_blocks(n), kRowThreads, 0, stream>>>(gate_up, n_rows, ffn, out);
+    }
+    SPECD_CUDA_CHECK_LAUNCH();
+}
+
+void launch_argmax_rows(const float* logits, int32_t n_rows, int32_t n_vocab, int32_t* out, cudaStream_t stream) {
+    if (n_rows <= 0) return;
+    argmax_kernel<<<n_rows, kRowThreads, 0, stream>>>(logits, n_vocab, out);
+    SPECD_CUDA_CHECK_LAUNCH();
+}
+
+void launch_softmax_rows(float* rows, int32_t n_rows, int32_t n_vocab, float temperature, cudaStream_t stream) {
+    if (n_rows <= 0) return;
+    if (!(temperature > 0.0f)) throw Error("softmax: temperature must be positive");
+    softmax_kernel<<<n_rows, kRowThreads, 0, stream>>>(rows, n_vocab, 1.0f / temperature);
+    SPECD_CUDA_CHECK_LAUNCH();
+}
+
+void launch_top_k_rows(const float* rows, int32_t n_rows, int32_t n_vocab, int32_t k, int32_t* ids, float* values,
+                       cudaStream_t stream) {
+    if (n_rows <= 0) return;
+    if (k < 1 || k > n_vocab) throw Error("top-k: k = " + std::to_string(k) + " outside 1.." + std::to_string(n_vocab));
+    top_k_kernel<<<n_rows, kRowThreads, 0, stream>>>(rows, n_vocab, k, ids, values);
+    SPECD_CUDA_CHECK_LAUNCH();
+}
+
+void launch_fill_random_half(uint16_t* dst, size_t n, uint64_t seed, float scale, HalfType type, cudaStream_t stream) {
+    if (n == 0) return;
+    if (type == HalfType::BF16) {
+        fill_random_kernel<true><<<stride_blocks(n), kRowThreads, 0, stream>>>(dst, n, seed, scale);
+    } else {
+        fill_random_kernel<false><<<stride_blocks(n), kRowThreads, 0, stream>>>(dst, n, seed, scale);
+    }
+    SPECD_CUDA_CHECK_LAUNCH();
+}
+
+void launch_fill_float(float* dst, size_t n, float value, cudaStream_t stream) {
+    if (n == 0) return;
+    fill_float_kernel<<<stride_blocks(n), kRowThreads, 0, stream>>>(dst, n, value);
+    SPECD_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace specd::gpu

@@ -1,0 +1,578 @@
+#include "gpu_checks.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <functional>
+#include <numeric>
+#include <random>
+#include <thread>
+
+#include "engine/forward.h"
+#include "engine/generate.h"
+#include "engine/proposer.h"
+#include "engine/speculative.h"
+#include "gpu/batch_layout.h"
+#include "gpu/cuda_forward.h"
+#include "gpu/cuda_handles.h"
+#include "gpu/device_model.h"
+#include "gpu/kernels.h"
+#include "gpu/weight_convert.h"
+
+namespace specd::gpu::checks {
+
+namespace {
+
+void expect(bool ok, const std::string& message) {
+    if (!ok) throw CheckFailed(message);
+}
+
+template <class T>
+DeviceBuffer to_device(const std::vector<T>& v) {
+    DeviceBuffer b(v.size() * sizeof(T));
+    b.upload(v.data(), b.bytes());
+    return b;
+}
+
+template <class T>
+std::vector<T> from_device(const DeviceBuffer& b, size_t n) {
+    std::vector<T> v(n);
+    b.download(v.data(), n * sizeof(T));
+    return v;
+}
+
+std::vector<float> random_floats(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> dist(lo, hi);
+    std::vector<float> v(n);
+    for (float& x : v) x = dist(rng);
+    return v;
+}
+
+std::vector<uint16_t> to_half(const std::vector<float>& v, HalfType t) {
+    std::vector<uint16_t> h(v.size());
+    floats_to_half(v.data(), static_cast<int64_t>(v.size()), t, h.data());
+    return h;
+}
+
+std::vector<float> from_half(const std::vector<uint16_t>& h, HalfType t) {
+    std::vector<float> v(h.size());
+    for (size_t i = 0; i < h.size(); ++i) v[i] = half_to_float(h[i], t);
+    return v;
+}
+
+// Relative tolerance of one rounding to the 16-bit type, with some slack.
+float half_tolerance(HalfType t) { return t == HalfType::F16 ? 2e-3f : 1.6e-2f; }
+
+// |got - want| <= rel * |want| + abs for every element; logs the worst.
+void expect_close(const std::vector<float>& got, const std::vector<float>& want, float rel, float abs, const std::string& what,
+                  std::ostream& log) {
+    expect(got.size() == want.size(), what + ": sizes differ");
+    float worst = 0.0f;
+    size_t worst_at = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+        const float err = std::fabs(got[i] - want[i]);
+        const float allowed = rel * std::fabs(want[i]) + abs;
+        if (!(err <= allowed)) {
+            throw CheckFailed(what + ": element " + std::to_string(i) + " is " + std::to_string(got[i]) + ", expected " +
+                              std::to_string(want[i]) + " (tolerance " + std::to_string(allowed) + ")");
+        }
+        if (err > worst) {
+            worst = err;
+            worst_at = i;
+        }
+    }
+    log << "  " << what << ": " << got.size() << " values, max abs error " << worst << " at " << worst_at << "\n";
+}
+
+void for_each_half_type(const std::function<void(HalfType)>& fn) {
+    fn(HalfType::F16);
+    fn(HalfType::BF16);
+}
+
+// ------------------------------------------------------------ kernels ---
+
+void check_embed_gather(const Context&, std::ostream& log) {
+    for_each_half_type([&](HalfType t) {
+        const int32_t vocab = 50, dim = 37;
+        const std::vector<uint16_t> table = to_half(random_floats(static_cast<size_t>(vocab * dim), 1), t);
+        const std::vector<int32_t> tokens = {3, 0, 49, 3};
+        DeviceBuffer d_table = to_device(table), d_tokens = to_device(tokens);
+        DeviceBuffer d_x(tokens.size() * dim * sizeof(float));
+        launch_embed_gather(d_table.as<uint16_t>(), t, d_tokens.as<int32_t>(), 4, dim, d_x.as<float>(), nullptr);
+        SPECD_CUDA_CHECK(cudaDeviceSynchronize());
+        std::vector<float> want;
+        for (int32_t tok : tokens) {
+            for (int32_t i = 0; i < dim; ++i) want.push_back(half_to_float(table[static_cast<size_t>(tok * dim + i)], t));
+        }
+        expect_close(from_device<float>(d_x, want.size()), want, 0.0f, 0.0f, std::string("embed_gather ") + half_type_name(t), log);
+    });
+}
+
+void check_rms_norm(const Context&, std::ostream& log) {
+    for_each_half_type([&](HalfType t) {
+        const int32_t n_src = 6, dim = 300;
+        const float eps = 1e-5f;
+        const std::vector<float> x = random_floats(static_cast<size_t>(n_src * dim), 2, -3.0f, 3.0f);
+        const std::vector<float> w = random_floats(static_cast<size_t>(dim), 3, 0.5f, 1.5f);
+        for (bool picked : {false, true}) {
+            const std::vector<int32_t> rows = picked ? std::vector<int32_t>{5, 0, 2} : std::vector<int32_t>{0, 1, 2, 3, 4, 5};
+            DeviceBuffer d_x = to_device(x), d_w = to_device(w), d_rows = to_device(rows);
+            DeviceBuffer d_out(rows.size() * dim * sizeof(uint16_t));
+            launch_rms_norm_to_half(d_x.as<float>(), d_w.as<float>(), picked ? d_rows.as<int32_t>() : nullptr,
+                                    static_cast<int32_t>(rows.size()), dim, eps, t, d_out.as<uint16_t>(), nullptr);
+            SPECD_CUDA_CHECK(cudaDeviceSynchronize());
+            std::vector<float> want;
+            for (int32_t r : rows) {  // the CPU engine's formula
+                const float* row = &x[static_cast<size_t>(r * dim)];
+                float ss = 0.0f;
+                for (int32_t i = 0; i < dim; ++i) ss += row[i] * row[i];
+                const float scale = 1.0f / std::sqrt(ss / static_cast<float>(dim) + eps);
+                for (int32_t i = 0; i < dim; ++i) want.push_back(row[i] * scale * w[static_cast<size_t>(i)]);
+            }
+            expect_close(from_half(from_device<uint16_t>(d_out, want.size()), t), want, half_tolerance(t), 1e-6f,
+                         std::string("rms_norm ") + half_type_name(t) + (picked ? " (row list)" : ""), log);
+        }
+    });
+}
+
+// A small attention geometry shared by the RoPE and attention checks:
+// grouped-query (4 heads over 2 kv heads), blocks of 4 positions, 2 layers.
+struct Geometry {
+    HeadShape heads{4, 2, 16, 8};
+    int32_t n_layers = 2, layer = 1, block_size = 4, n_ctx = 1024;
+    int32_t q_dim() const { return heads.n_heads * heads.head_dim; }
+    int32_t kv_dim() const { return heads.n_kv_heads * heads.head_dim; }
+    int32_t qkv_ld() const { return q_dim() + 2 * kv_dim(); }
+    KvCacheShape shape(int32_t n_blocks) const {
+        KvCacheShape s;
+        s.n_layers = n_layers;
+        s.kv_dim = kv_dim();
+        s.block_size = block_size;
+        s.n_blocks = n_blocks;
+        s.max_seq_len = n_ctx;
+        s.max_sequences = 4;
+        return s;
+    }
+    size_t pool_index(int32_t block, int32_t pos) const {
+        return ((static_cast<size_t>(block) * n_layers + layer) * block_size + pos % block_size) * kv_dim();
+    }
+};
+
+// Sequences whose blocks interleave in the pool: A (length 8, 5 new
+// tokens: a verification), B (length 5, 1 new: a decode step), C (length
+// 700, 1 new: a long context).
+struct PagedSetup {
+    Geometry g;
+    PagedKvCache kv{g.shape(260), KvStorage::None};
+    BatchLayout layout;
+    std::vector<std::vector<int32_t>> tokens;
+    std::vector<BatchItem> items;
+    int32_t a = -1, b = -1, c = -1;
+    PagedSetup() {
+        a = kv.create_sequence();
+        b = kv.create_sequence();
+        c = kv.create_sequence();
+        kv.reserve(a, 6);
+        kv.reserve(b, 5);
+        kv.reserve(a, 8);
+        kv.reserve(c, 700);
+        kv.set_length(a, 8);
+        kv.set_length(b, 5);
+        kv.set_length(c, 700);
+        tokens = {{1, 2, 3, 4, 5}, {6}, {7}};
+        items = {BatchItem{a, tokens[0], true}, BatchItem{b, tokens[1], false}, BatchItem{c, tokens[2], false}};
+        plan_batch(kv, items, BatchLimits{100, g.n_ctx, 64, 64}, layout);
+    }
+    RowsView rows(const DeviceBuffer& packed) const {
+        const int32_t* p = packed.as<int32_t>();
+        return RowsView{layout.n_rows, p + layout.at.row_pos, p + layout.at.row_item, p + layout.at.block_table, layout.table_stride};
+    }
+    int32_t block_of(int32_t row, int32_t pos) const {
+        return layout.block_table(layout.row_item()[static_cast<size_t>(row)])[static_cast<size_t>(pos / g.block_size)];
+    }
+};
+
+void check_rope_store_kv(const Context&, std::ostream& log) {
+    for_each_half_type([&](HalfType t) {
+        PagedSetup ps;
+        const Geometry& g = ps.g;
+        LlamaHparams hp;
+        hp.head_dim = g.heads.head_dim;
+        hp.rope_dim = 2 * g.heads.rope_half;
+        hp.rope_freq_base = 10000.0f;
+        std::vector<float> cos_t, sin_t;
+        rope_tables(hp, g.n_ctx, cos_t, sin_t);
+        const int32_t m = ps.layout.n_rows;
+        const std::vector<float> qkv = random_floats(static_cast<size_t>(m * g.qkv_ld()), 4);
+        const size_t pool_elems = static_cast<size_t>(ps.kv.shape().n_blocks) * g.n_layers * g.block_size * g.kv_dim();
+        DeviceBuffer d_qkv = to_device(qkv), d_cos = to_device(cos_t), d_sin = to_device(sin_t), d_packed = to_device(ps.layout.packed);
+        DeviceBuffer d_k = to_device(std::vector<uint16_t>(pool_elems, 0)), d_v = to_device(std::vector<uint16_t>(pool_elems, 0));
+        const KvPoolView pool{d_k.as<uint16_t>(), d_v.as<uint16_t>(), t, g.n_layers, g.block_size, g.kv_dim()};
+        launch_rope_store_kv(d_qkv.as<float>(), g.qkv_ld(), ps.rows(d_packed), g.heads, d_cos.as<float>(), d_sin.as<float>(), pool,
+                             g.layer, nullptr);
+        SPECD_CUDA_CHECK(cudaDeviceSynchronize());
+
+        // The CPU engine's rotation of adjacent pairs, head by head.
+        std::vector<float> want_qkv = qkv;
+        for (int32_t r = 0; r < m; ++r) {
+            const int32_t pos = ps.layout.row_pos()[static_cast<size_t>(r)];
+            float* row = &want_qkv[static_cast<size_t>(r * g.qkv_ld())];
+            for (int32_t part = 0; part < 2; ++part) {
+                float* base = part == 0 ? row : row + g.q_dim();
+                const int32_t n_heads = part == 0 ? g.heads.n_heads : g.heads.n_kv_heads;
+                for (int32_t h = 0; h < n_heads; ++h) {
+                    float* v = base + h * g.heads.head_dim;
+                    for (int32_t i = 0; i < g.heads.rope_half; ++i) {
+                        const float c = cos_t[static_cast<size_t>(pos * g.heads.rope_half + i)];
+                        const float s = sin_t[static_cast<size_t>(pos * g.heads.rope_half + i)];
+                        const float x0 = v[2 * i], x1 = v[2 * i + 1];
+                        v[2 * i] = x0 * c - x1 * s;
+                        v[2 * i + 1] = x0 * s + x1 * c;
+                    }
+                }
+            }
+        }
+        expect_close(from_device<float>(d_qkv, want_qkv.size()), want_qkv, 1e-5f, 1e-6f,
+                     std::string("rope q|k (f32) ") + half_type_name(t), log);
+        const std::vector<float> k_pool = from_half(from_device<uint16_t>(d_k, pool_elems), t);
+        const std::vector<float> v_pool = from_half(from_device<uint16_t>(d_v, pool_elems), t);
+        std::vector<float> got, want;
+        for (int32_t r = 0; r < m; ++r) {
+            const int32_t pos = ps.layout.row_pos()[static_cast<size_t>(r)];
+            const size_t at = g.pool_index(ps.block_of(r, pos), pos);
+            const float* row = &want_qkv[static_cast<size_t>(r * g.qkv_ld())];
+            for (int32_t j = 0; j < g.kv_dim(); ++j) {
+                got.push_back(k_pool[at + static_cast<size_t>(j)]);
+                want.push_back(row[g.q_dim() + j]);
+                got.push_back(v_pool[at + static_cast<size_t>(j)]);
+                want.push_back(row[g.q_dim() + g.kv_dim() + j]);
+            }
+        }
+        expect_close(got, want, half_tolerance(t), 1e-6f, std::string("rope k, v into the paged pool ") + half_type_name(t), log);
+    });
+}
+
+void check_paged_attention(const Context&, std::ostream& log) {
+    for_each_half_type([&](HalfType t) {
+        PagedSetup ps;
+        const Geometry& g = ps.g;
+        const int32_t m = ps.layout.n_rows, hd = g.heads.head_dim;
+        const size_t pool_elems = static_cast<size_t>(ps.kv.shape().n_blocks) * g.n_layers * g.block_size * g.kv_dim();
+        const std::vector<uint16_t> k_half = to_half(random_floats(pool_elems, 5), t);
+        const std::vector<uint16_t> v_half = to_half(random_floats(pool_elems, 6), t);
+        const std::vector<float> k_pool = from_half(k_half, t), v_pool = from_half(v_half, t);
+        const std::vector<float> qkv = random_floats(static_cast<size_t>(m * g.qkv_ld()), 7, -2.0f, 2.0f);
+        DeviceBuffer d_qkv = to_device(qkv), d_packed = to_device(ps.layout.packed), d_k = to_device(k_half), d_v = to_device(v_half);
+        DeviceBuffer d_out(static_cast<size_t>(m * g.q_dim()) * sizeof(uint16_t));
+        const KvPoolView pool{d_k.as<uint16_t>(), d_v.as<uint16_t>(), t, g.n_layers, g.block_size, g.kv_dim()};
+        launch_paged_attention(d_qkv.as<float>(), g.qkv_ld(), ps.rows(d_packed), g.heads, pool, g.layer, ps.layout.max_positions, t,
+                               d_out.as<uint16_t>(), nullptr);
+        SPECD_CUDA_CHECK(cudaDeviceSynchronize());
+
+        std::vector<float> want;
+        const int32_t group = g.heads.n_heads / g.heads.n_kv_heads;
+        for (int32_t r = 0; r < m; ++r) {
+            const int32_t n_pos = ps.layout.row_pos()[static_cast<size_t>(r)] + 1;  // causal: up to and including its own position
+            for (int32_t h = 0; h < g.heads.n_heads; ++h) {
+                const float* q = &qkv[static_cast<size_t>(r * g.qkv_ld() + h * hd)];
+                const size_t kv_off = static_cast<size_t>((h / group) * hd);
+                std::vector<double> scores(static_cast<size_t>(n_pos));
+                double max_s = -1e300, sum = 0.0;
+                for (int32_t p = 0; p < n_pos; ++p) {
+                    const size_t at = g.pool_index(ps.block_of(r, p), p) + kv_off;
+                    double dot = 0.0;
+                    for (int32_t d = 0; d < hd; ++d) dot += static_cast<double>(q[d]) * k_pool[at + static_cast<size_t>(d)];
+                    scores[static_cast<size_t>(p)] = dot / std::sqrt(static_cast<double>(hd));
+                    max_s = std::max(max_s, scores[static_cast<size_t>(p)]);
+                }
+                for (double& s : scores) sum += (s = std::exp(s - max_s));
+                for (int32_t d = 0; d < hd; ++d) {
+                    double acc = 0.0;
+                    for (int32_t p = 0; p < n_pos; ++p) {
+                        acc += scores[static_cast<size_t>(p)] * v_pool[g.pool_index(ps.block_of(r, p), p) + kv_off + static_cast<size_t>(d)];
+                    }
+                    want.push_back(static_cast<float>(acc / sum));
+                }
+            }
+        }
+        expect_close(from_half(from_device<uint16_t>(d_out, want.size()), t), want, half_tolerance(t), 2e-3f,
+                     std::string("paged attention (verify T=5, decode, 701 positions) ") + half_type_name(t), log);
+    });
+}
+
+void check_swiglu(const Context&, std::ostream& log) {
+    for_each_half_type([&](HalfType t) {
+        const int32_t rows = 3, ffn = 50;
+        const std::vector<float> gu = random_floats(static_cast<size_t>(rows * 2 * ffn), 8, -4.0f, 4.0f);
+        DeviceBuffer d_gu = to_device(gu), d_out(static_cast<size_t>(rows * ffn) * sizeof(uint16_t));
+        launch_swiglu_to_half(d_gu.as<float>(), rows, ffn, t, d_out.as<uint16_t>(), nullptr);
+        SPECD_CUDA_CHECK(cudaDeviceSynchronize());
+        std::vector<float> want;
+        for (int32_t r = 0; r < rows; ++r) {
+            for (int32_t j = 0; j < ffn; ++j) {
+                const float g = gu[static_cast<size_t>(r * 2 * ffn + j)], u = gu[static_cast<size_t>(r * 2 * ffn + ffn + j)];
+                want.push_back(g / (1.0f + std::exp(-g)) * u);
+            }
+        }
+        expect_close(from_half(from_device<uint16_t>(d_out, want.size()), t), want, half_tolerance(t), 1e-5f,
+                     std::string("swiglu ") + half_type_name(t), log);
+    });
+}
+
+void check_sampling(const Context&, std::ostream& log) {
+    const int32_t rows = 3, vocab = 1000, k = 5;
+    std::vector<float> logits = random_floats(static_cast<size_t>(rows * vocab), 9, -5.0f, 5.0f);
+    logits[static_cast<size_t>(vocab + 10)] = 9.0f;   // row 1: a tie at ids 10 and 500; the lower id wins
+    logits[static_cast<size_t>(vocab + 500)] = 9.0f;
+    for (int32_t i = 0; i < vocab; i += 3) logits[static_cast<size_t>(2 * vocab + i)] = -INFINITY;  // row 2: masked entries
+    DeviceBuffer d_logits = to_device(logits), d_argmax(rows * sizeof(int32_t));
+    launch_argmax_rows(d_logits.as<float>(), rows, vocab, d_argmax.as<int32_t>(), nullptr);
+    const float temperature = 0.7f;
+    launch_softmax_rows(d_logits.as<float>(), rows, vocab, temperature, nullptr);
+    DeviceBuffer d_ids(static_cast<size_t>(rows * k) * sizeof(int32_t)), d_vals(static_cast<size_t>(rows * k) * sizeof(float));
+    launch_top_k_rows(d_logits.as<float>(), rows, vocab, k, d_ids.as<int32_t>(), d_vals.as<float>(), nullptr);
+    SPECD_CUDA_CHECK(cudaDeviceSynchronize());
+
+    const std::vector<int32_t> got_argmax = from_device<int32_t>(d_argmax, rows);
+    std::vector<float> want_probs;
+    std::vector<int32_t> want_ids;
+    std::vector<float> want_vals;
+    for (int32_t r = 0; r < rows; ++r) {
+        const float* row = &logits[static_cast<size_t>(r * vocab)];
+        const int32_t best = static_cast<int32_t>(std::max_element(row, row + vocab) - row);  // first maximum
+        expect(got_argmax[static_cast<size_t>(r)] == best,
+               "argmax row " + std::to_string(r) + ": " + std::to_string(got_argmax[static_cast<size_t>(r)]) + ", expected " +
+                   std::to_string(best));
+        double max_v = -1e300, sum = 0.0;
+        for (int32_t i = 0; i < vocab; ++i) max_v = std::max(max_v, static_cast<double>(row[i]) / temperature);
+        std::vector<float> p(static_cast<size_t>(vocab));
+        for (int32_t i = 0; i < vocab; ++i) sum += std::exp(static_cast<double>(row[i]) / temperature - max_v);
+        for (int32_t i = 0; i < vocab; ++i) {
+            p[static_cast<size_t>(i)] = static_cast<float>(std::exp(static_cast<double>(row[i]) / temperature - max_v) / sum);
+        }
+        want_probs.insert(want_probs.end(), p.begin(), p.end());
+        std::vector<int32_t> order(static_cast<size_t>(vocab));
+        std::iota(order.begin(), order.end(), 0);
+        std::stable_sort(order.begin(), order.end(), [&](int32_t x, int32_t y) { return p[static_cast<size_t>(x)] > p[static_cast<size_t>(y)]; });
+        for (int32_t j = 0; j < k; ++j) {
+            want_ids.push_back(order[static_cast<size_t>(j)]);
+            want_vals.push_back(p[static_cast<size_t>(order[static_cast<size_t>(j)])]);
+        }
+    }
+    log << "  argmax: " << rows << " rows (a tie, masked entries) agree\n";
+    expect_close(from_device<float>(d_logits, want_probs.size()), want_probs, 1e-4f, 1e-7f, "softmax (temperature 0.7)", log);
+    expect(from_device<int32_t>(d_ids, want_ids.size()) == want_ids, "top-k ids differ from the CPU order");
+    expect_close(from_device<float>(d_vals, want_vals.size()), want_vals, 1e-4f, 1e-7f, "top-k values", log);
+}
+
+// ------------------------------------------------------- forward pass ---
+
+std::unique_ptr<LlamaModel> load_model(const Context& ctx, const std::string& file) {
+    const std::string path = ctx.models_dir + "/" + file;
+    try {
+        return LlamaModel::load(path);
+    } catch (const std::exception& e) {
+        throw CheckFailed("cannot load " + path + " (run tools/fetch-model.sh): " + e.what());
+    }
+}
+
+// Worst |gpu - cpu| over the rows, and argmax agreement up to near-ties.
+void compare_logits(std::span<const float> gpu, std::span<const float> cpu, int32_t vocab, float max_abs, const std::string& what,
+                    std::ostream& log) {
+    expect(gpu.size() == cpu.size(), what + ": logit counts differ");
+    const size_t rows = cpu.size() / static_cast<size_t>(vocab);
+    float worst = 0.0f, scale = 0.0f;
+    int32_t argmax_same = 0;
+    for (size_t r = 0; r < rows; ++r) {
+        const float* g = gpu.data() + r * static_cast<size_t>(vocab);
+        const float* c = cpu.data() + r * static_cast<size_t>(vocab);
+        for (int32_t i = 0; i < vocab; ++i) {
+            worst = std::max(worst, std::fabs(g[i] - c[i]));
+            scale = std::max(scale, std::fabs(c[i]));
+        }
+        const int32_t ga = static_cast<int32_t>(std::max_element(g, g + vocab) - g);
+        const int32_t ca = static_cast<int32_t>(std::max_element(c, c + vocab) - c);
+        if (ga == ca) {
+            ++argmax_same;
+        } else {
+            // Only a near-tie on the CPU may flip: the GPU's pick must be within the error bound of the best.
+            expect(c[ga] >= c[ca] - 2.0f * max_abs, what + ": row " + std::to_string(r) + " argmax " + std::to_string(ga) +
+                                                         " vs CPU " + std::to_string(ca) + " (not a near-tie)");
+        }
+    }
+    log << "  " << what << ": " << rows << " rows, max |gpu - cpu| " << worst << " (logits up to " << scale << "), argmax equal in "
+        << argmax_same << "/" << rows << "\n";
+    expect(worst <= max_abs, what + ": max logit error " + std::to_string(worst) + " above " + std::to_string(max_abs));
+}
+
+void check_forward_logits(const Context& ctx, std::ostream& log) {
+    struct Case {
+        const char* file;
+        HalfType type;
+        float max_abs;  // fp16 weights and activations vs the CPU's f32 (q8_0: the CPU also quantises activations to 8 bits)
+    };
+    for (const Case& c : {Case{"stories15M-f32.gguf", HalfType::F16, 0.15f}, Case{"stories15M-f32.gguf", HalfType::BF16, 0.6f},
+                          Case{"stories15M-q8_0.gguf", HalfType::F16, 0.6f}}) {
+        auto model = load_model(ctx, c.file);
+        const std::vector<int32_t> prompt = model->tokenizer().encode("Once upon a time, there was a little girl named", true);
+        ThreadPool pool(2);
+        ForwardPass cpu(*model, pool);
+        PagedKvCache cpu_kv(cpu.kv_shape(256, 2));
+        CudaForward gpu(DeviceModel::upload(*model, 0, c.type), model.get());
+        auto gpu_kv = gpu.make_kv_cache(gpu.kv_shape(256, 2));
+        const std::string tag = std::string(c.file) + " as " + half_type_name(c.type);
+        const int32_t vocab = model->hparams().n_vocab;
+
+        // The whole prompt in one call, every row's logits (a verification / prefill).
+        const int32_t s_cpu = cpu_kv.create_sequence(), s_gpu = gpu_kv->create_sequence();
+        const BatchItem cpu_item{s_cpu, prompt, true}, gpu_item{s_gpu, prompt, true};
+        const std::span<const float> cpu_span = cpu.forward(cpu_kv, std::span(&cpu_item, 1));
+        const std::vector<float> cpu_rows(cpu_span.begin(), cpu_span.end());  // copied: the next call reuses the buffer
+        const std::span<const float> gpu_rows = gpu.forward(*gpu_kv, std::span(&gpu_item, 1));
+        compare_logits(gpu_rows, cpu_rows, vocab, c.max_abs, tag + ", prompt rows", log);
+
+        // Chunked prefill (two calls) then decode steps, two sequences in one batch.
+        const int32_t s2_cpu = cpu_kv.create_sequence(), s2_gpu = gpu_kv->create_sequence();
+        const std::span<const int32_t> head(prompt.data(), 4), tail(prompt.data() + 4, prompt.size() - 4);
+        for (std::span<const int32_t> chunk : {head, tail}) {
+            const BatchItem ci{s2_cpu, chunk, false}, gi{s2_gpu, chunk, false};
+            const std::span<const float> lc = cpu.forward(cpu_kv, std::span(&ci, 1));
+            const std::vector<float> cpu_last(lc.begin(), lc.end());
+            compare_logits(gpu.forward(*gpu_kv, std::span(&gi, 1)), cpu_last, vocab, c.max_abs, tag + ", chunk", log);
+        }
+        const std::vector<int32_t> next1 = {450}, next2 = {278};
+        const BatchItem cb[2] = {{s_cpu, next1, false}, {s2_cpu, next2, false}};
+        const BatchItem gb[2] = {{s_gpu, next1, false}, {s2_gpu, next2, false}};
+        const std::span<const float> lc = cpu.forward(cpu_kv, cb);
+        const std::vector<float> cpu_dec(lc.begin(), lc.end());
+        compare_logits(gpu.forward(*gpu_kv, gb), cpu_dec, vocab, c.max_abs, tag + ", batched decode of 2 sequences", log);
+        expect(gpu_kv->length(s_gpu) == cpu_kv.length(s_cpu) && gpu_kv->length(s2_gpu) == cpu_kv.length(s2_cpu),
+               "sequence lengths differ after the same calls");
+    }
+}
+
+void check_greedy_speculative(const Context& ctx, std::ostream& log) {
+    auto target = load_model(ctx, "stories15M-f32.gguf");
+    auto draft = load_model(ctx, "stories15M-q8_0.gguf");
+    auto target_weights = DeviceModel::upload(*target, 0);
+    const std::vector<int32_t> prompt = target->tokenizer().encode("Once upon a time", true);
+    GenerationParams gp;
+    gp.max_tokens = 96;
+    gp.sampling.temperature = 0.0f;
+
+    CudaForward plain_fwd(target_weights, target.get());
+    auto plain_kv = plain_fwd.make_kv_cache(plain_fwd.kv_shape(256, 1));
+    PlainDecoder plain(plain_fwd, *plain_kv);
+    const GenerationResult ref = plain.generate(prompt, gp);
+
+    CudaForward spec_fwd(target_weights, target.get());
+    auto spec_kv = spec_fwd.make_kv_cache(spec_fwd.kv_shape(256, 1));
+    DraftModelProposer proposer(*target, std::make_unique<CudaForward>(DeviceModel::upload(*draft, 0), draft.get()), 256);
+    SpeculativeDecoder spec(spec_fwd, *spec_kv, &proposer);
+    SpeculativeParams sp;
+    sp.draft_max = 8;
+    sp.adaptive = false;
+    const SpeculativeResult got = spec.generate(prompt, gp, sp);
+
+    // The same greedy tokens through the device argmax, one token per step.
+    CudaForward argmax_fwd(target_weights, target.get());
+    auto argmax_kv = argmax_fwd.make_kv_cache(argmax_fwd.kv_shape(256, 1));
+    const int32_t seq = argmax_kv->create_sequence();
+    std::vector<int32_t> device_greedy, next;
+    BatchItem item{seq, prompt, false};
+    argmax_fwd.forward_argmax(*argmax_kv, std::span(&item, 1), next);
+    while (device_greedy.size() < ref.tokens.size()) {
+        device_greedy.push_back(next.at(0));
+        item = BatchItem{seq, std::span(&device_greedy.back(), 1), false};
+        argmax_fwd.forward_argmax(*argmax_kv, std::span(&item, 1), next);
+    }
+
+    log << "  plain:       " << target->tokenizer().decode(ref.tokens) << "\n";
+    log << "  speculative: " << got.tokens.size() << " tokens, " << got.stats.n_accepted << " of " << got.stats.n_drafted
+        << " drafted accepted\n";
+    expect(got.tokens == ref.tokens, "speculative greedy output differs from plain greedy output on the GPU");
+    expect(got.stats.n_drafted > 0 && got.stats.n_accepted > 0, "speculation did not draft or accept anything");
+    expect(device_greedy == ref.tokens, "greedy through the device argmax differs from greedy over the host logits");
+}
+
+void check_stream_overlap(const Context& ctx, std::ostream& log) {
+    auto model = load_model(ctx, "stories15M-f32.gguf");
+    auto weights = DeviceModel::upload(*model, 0);
+    ForwardOptions fo;
+    fo.max_batch_tokens = 256;
+    fo.max_logit_rows = 256;
+    // The verifier's and the draft's backends: each owns its stream.
+    CudaForward verify_fwd(weights, model.get(), fo), draft_fwd(weights, model.get(), fo);
+    auto verify_kv = verify_fwd.make_kv_cache(verify_fwd.kv_shape(256, 16));
+    auto draft_kv = draft_fwd.make_kv_cache(draft_fwd.kv_shape(256, 16));
+    Event reference, v_begin, v_end, d_begin, d_end;
+    reference.record(verify_fwd.stream());
+    SPECD_CUDA_CHECK(cudaStreamWaitEvent(draft_fwd.stream().get(), reference.get(), 0));
+
+    std::atomic<int> ready{0};
+    auto work = [&](CudaForward& fwd, PagedKvCache& kv, Event& begin, Event& end) {
+        std::vector<int32_t> seqs;
+        for (int i = 0; i < 16; ++i) seqs.push_back(kv.create_sequence());
+        const std::vector<int32_t> tokens(9, 450);  // k + 1 = 9 tokens per sequence, as a verification
+        std::vector<BatchItem> items;
+        for (int32_t s : seqs) items.push_back(BatchItem{s, tokens, true});
+        ++ready;
+        while (ready.load() < 2) std::this_thread::yield();
+        begin.record(fwd.stream());
+        for (int step = 0; step < 40; ++step) {
+            fwd.forward(kv, items);
+            for (int32_t s : seqs) kv.truncate(s, 0);
+        }
+        end.record(fwd.stream());
+    };
+    std::thread verify_thread(work, std::ref(verify_fwd), std::ref(*verify_kv), std::ref(v_begin), std::ref(v_end));
+    std::thread draft_thread(work, std::ref(draft_fwd), std::ref(*draft_kv), std::ref(d_begin), std::ref(d_end));
+    verify_thread.join();
+    draft_thread.join();
+    v_end.synchronize();
+    d_end.synchronize();
+    const float vb = v_begin.ms_since(reference), ve = v_end.ms_since(reference);
+    const float db = d_begin.ms_since(reference), de = d_end.ms_since(reference);
+    const float overlap = std::min(ve, de) - std::max(vb, db);
+    const float shorter = std::min(ve - vb, de - db);
+    log << "  verify stream [" << vb << ", " << ve << "] ms, draft stream [" << db << ", " << de << "] ms, overlap " << overlap
+        << " ms (" << (shorter > 0 ? 100.0f * overlap / shorter : 0.0f) << "% of the shorter)\n";
+    expect(overlap > 0.5f * shorter, "the two streams' work did not overlap by half of the shorter span");
+}
+
+}  // namespace
+
+const std::vector<Check>& all() {
+    static const std::vector<Check> checks = {
+        {"embed_gather", "embedding gather (f16, bf16) equals the table rows", check_embed_gather},
+        {"rms_norm", "RMSNorm to 16-bit matches the CPU formula", check_rms_norm},
+        {"rope_store_kv", "RoPE on q/k and K/V stores into the paged pool match the CPU", check_rope_store_kv},
+        {"paged_attention", "paged attention (verify T=5, decode, long context, GQA) matches a CPU reference", check_paged_attention},
+        {"swiglu", "SwiGLU to 16-bit matches the CPU", check_swiglu},
+        {"sampling", "device argmax, softmax and top-k match the CPU", check_sampling},
+        {"forward_logits", "full forward pass (stories15M f32/q8_0 as f16/bf16) matches the CPU logits", check_forward_logits},
+        {"greedy_speculative", "greedy output with speculation on the GPU equals plain GPU greedy output", check_greedy_speculative},
+        {"stream_overlap", "the verifier's and the draft's streams overlap (event timestamps)", check_stream_overlap},
+    };
+    return checks;
+}
+
+const Check& find(std::string_view name) {
+    for (const Check& c : all()) {
+        if (name == c.name) return c;
+    }
+    throw std::invalid_argument("no GPU check named " + std::string(name));
+}
+
+std::string default_models_dir() {
+    if (const char* env = std::getenv("SPECD_MODELS_DIR"); env && *env) return env;
+#ifdef SPECD_MODELS_DIR_DEFAULT
+    return SPECD_MODELS_DIR_DEFAULT;
+#else
+    return "models";
+#endif
+}
+
+}  // namespace specd::gpu::checks

@@ -1,0 +1,45 @@
+// [gpu] tests of the CUDA backend: each runs one device check of
+// gpu_checks.cpp. Without a usable device each prints
+// "skipped: no CUDA device (<why>)" and returns; CMake registers these
+// tests with that text as SKIP_REGULAR_EXPRESSION, so ctest shows them as
+// Skipped rather than passed.
+#include <sstream>
+
+#include <catch2/catch.hpp>
+
+#include "gpu/device.h"
+#include "gpu_checks.h"
+
+using namespace specd::gpu;
+
+namespace {
+
+void run_device_check(const char* name) {
+    static const DeviceProbe probe = probe_devices();
+    if (!probe.usable()) {
+        WARN("skipped: no CUDA device (" << probe.reason << ")");
+        return;
+    }
+    std::ostringstream log;
+    const checks::Context ctx{checks::default_models_dir()};
+    try {
+        checks::find(name).run(ctx, log);
+    } catch (const std::exception& e) {
+        INFO(log.str());
+        FAIL(e.what());
+    }
+    INFO(log.str());
+    SUCCEED();
+}
+
+}  // namespace
+
+TEST_CASE("gpu kernel: embedding gather equals the table rows", "[gpu]") { run_device_check("embed_gather"); }
+TEST_CASE("gpu kernel: RMSNorm matches the CPU", "[gpu]") { run_device_check("rms_norm"); }
+TEST_CASE("gpu kernel: RoPE and K/V stores into the paged pool match the CPU", "[gpu]") { run_device_check("rope_store_kv"); }
+TEST_CASE("gpu kernel: paged attention matches the CPU reference", "[gpu]") { run_device_check("paged_attention"); }
+TEST_CASE("gpu kernel: SwiGLU matches the CPU", "[gpu]") { run_device_check("swiglu"); }
+TEST_CASE("gpu kernel: argmax, softmax and top-k match the CPU", "[gpu]") { run_device_check("sampling"); }
+TEST_CASE("gpu forward: logits match the CPU forward pass", "[gpu]") { run_device_check("forward_logits"); }
+TEST_CASE("gpu greedy: speculation on the GPU equals plain GPU decoding", "[gpu]") { run_device_check("greedy_speculative"); }
+TEST_CASE("gpu streams: the verifier's and the draft's work overlap", "[gpu]") { run_device_check("stream_overlap"); }

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# tools/gpu-check.sh OUTDIR — the CUDA backend's device checks and benchmark
+# in one go, for a GPU machine (H200: sm_90) that has CUDA, CMake and a C++
+# compiler but none of CAF, Boost, Catch2, CLI11, nlohmann-json or spdlog:
+#   1. configures a GPU-only build (-DSPECD_GPU_ONLY=ON: just specd_engine,
+#      specd_gpu and the Catch2-free programs gpu_check and gpu_bench) for
+#      CMAKE_CUDA_ARCHITECTURES (default 90) into OUTDIR/build,
+#   2. runs gpu_check (every kernel against the CPU reference, the forward
+#      pass against the CPU logits on stories15M, greedy speculation == plain
+#      on the GPU, stream overlap by event timestamps) → OUTDIR/gpu_check.log,
+#   3. runs gpu_bench (stories15M decode tokens/s, verify(9)/decode(1) cost,
+#      7B-shape random-weights decode and HBM share, 64 sessions spec on/off)
+#      → OUTDIR/gpu_bench.md,
+#   4. writes OUTDIR/summary.txt. Budget: under 8 minutes on an H200.
+# Models: $SPECD_MODELS_DIR or the repository's models/ must hold
+# stories15M-f32.gguf; stories15M-q8_0.gguf (the draft) is made from it when
+# missing (so only the f32 file has to be carried to the machine).
+# Exit status: 0 all passed, 1 a check or the benchmark failed, 2 the build
+# failed, 77 no usable CUDA device (nothing measured; the reason is printed).
+set -uo pipefail
+if [ $# -ne 1 ]; then
+  echo "usage: tools/gpu-check.sh OUTDIR" >&2
+  exit 64
+fi
+root=$(cd "$(dirname "$0")/.." && pwd)
+out=$(mkdir -p "$1" && cd "$1" && pwd)
+models=${SPECD_MODELS_DIR:-$root/models}
+arch=${CMAKE_CUDA_ARCHITECTURES:-90}
+build=$out/build
+jobs=$(nproc 2>/dev/null || echo 4)
+start=$(date +%s)
+summary=$out/summary.txt
+: >"$summary"
+say() { echo "gpu-check: $*" | tee -a "$summary"; }
+
+say "commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown), CUDA architectures $arch, models $models"
+command -v nvidia-smi >/dev/null && nvidia-smi >"$out/nvidia-smi.txt" 2>&1
+
+generator=()
+command -v ninja >/dev/null && generator=(-G Ninja)
+if ! cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DSPECD_GPU_ONLY=ON -DSPECD_CUDA=ON \
+     -DSPECD_BUILD_TESTS=OFF -DCMAKE_CUDA_ARCHITECTURES="$arch" >"$out/configure.log" 2>&1; then
+  say "configure failed (see configure.log)"; tail -20 "$out/configure.log"; exit 2
+fi
+if ! cmake --build "$build" -j "$jobs" --target gpu_check gpu_bench >"$out/build.log" 2>&1; then
+  say "build failed (see build.log)"; tail -30 "$out/build.log"; exit 2
+fi
+warnings=$(grep -c "warning" "$out/build.log" || true)
+say "built in $(( $(date +%s) - start )) s, $warnings warning lines"
+
+# The draft model, made from the f32 file when it was not carried along.
+if [ ! -f "$models/stories15M-q8_0.gguf" ] && [ -f "$models/stories15M-f32.gguf" ]; then
+  mkdir -p "$out/models"
+  ln -sf "$models/stories15M-f32.gguf" "$out/models/stories15M-f32.gguf"
+  "$build/bin/gpu_check" --quantize-q8_0 "$models/stories15M-f32.gguf" "$out/models/stories15M-q8_0.gguf" >>"$summary" 2>&1 || exit 2
+  models=$out/models
+fi
+
+timeout 240 "$build/bin/gpu_check" --models "$models" >"$out/gpu_check.log" 2>&1
+check_rc=$?
+cat "$out/gpu_check.log"
+if [ $check_rc -eq 77 ]; then
+  say "no usable CUDA device: nothing measured ($(grep -o 'no CUDA device.*' "$out/gpu_check.log" | head -1))"
+  exit 77
+fi
+say "gpu_check exit $check_rc after $(( $(date +%s) - start )) s"
+
+timeout 240 "$build/bin/gpu_bench" --models "$models" >"$out/gpu_bench.md" 2>&1
+bench_rc=$?
+cat "$out/gpu_bench.md"
+say "gpu_bench exit $bench_rc after $(( $(date +%s) - start )) s"
+
+if [ $check_rc -ne 0 ] || [ $bench_rc -ne 0 ]; then exit 1; fi
+say "all GPU checks passed"

@@ -1,0 +1,263 @@
+// gpu_bench: the CUDA backend's throughput figures (issue 8), printed as a
+// Markdown table for docs/BENCHMARKS.md. Needs a CUDA device; exit 77 when
+// there is none.
+//   gpu_bench [--models DIR] [--quick]
+// Rows: stories15M (f16) decode tokens/s at batch 1 and the cost of a
+// verification pass of k+1 = 9 tokens relative to a 1-token step; the same
+// for a synthetic Llama-2-7B-shaped model with random weights made on the
+// device (throughput only) plus the HBM bandwidth share of its decode step
+// (weights + KV read per step / step time, vs 4.3 TB/s and vs the device's
+// own peak); aggregate tokens/s of 64 concurrent greedy sessions through
+// BatchVerifier/BatchDrafter on the GPU with speculation on (q8_0 draft of
+// stories15M) and off.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/batch_drafter.h"
+#include "engine/batch_verifier.h"
+#include "engine/model.h"
+#include "engine/session_core.h"
+#include "gpu/cuda_forward.h"
+#include "gpu/device.h"
+#include "gpu/device_model.h"
+
+using namespace specd;
+using namespace specd::gpu;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr double kReferenceHbmGbs = 4300.0;  // the figure the issue measures against (H200 HBM3e)
+
+double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+
+struct StepCosts {
+    double decode_ms = 0.0;   // one token, greedy via the device argmax (only the token comes back)
+    double one_ms = 0.0;      // one token through forward(): its logits back on the host
+    double nine_ms = 0.0;     // 9 tokens through forward(), every row's logits back (what the verifier reads)
+    int32_t context = 0;
+};
+
+// Decode `n_steps` tokens after a `n_prompt` prefill, then time 9-token
+// verifications at that context (each rolled back) against 1-token steps.
+StepCosts measure_steps(CudaForward& fwd, PagedKvCache& kv, int32_t n_prompt, int32_t n_steps, int32_t n_repeats) {
+    const int32_t vocab = fwd.weights().hparams().n_vocab;
+    const int32_t seq = kv.create_sequence();
+    std::vector<int32_t> prompt(static_cast<size_t>(n_prompt));
+    for (int32_t i = 0; i < n_prompt; ++i) prompt[static_cast<size_t>(i)] = 1 + (i * 7919) % (vocab - 1);
+    std::vector<int32_t> next;
+    BatchItem item{seq, prompt, false};
+    fwd.forward_argmax(kv, std::span(&item, 1), next);
+    int32_t token = next.at(0);
+    StepCosts c;
+    // Warm up, then time decoding.
+    for (int32_t i = 0; i < 4; ++i) {
+        item = BatchItem{seq, std::span(&token, 1), false};
+        fwd.forward_argmax(kv, std::span(&item, 1), next);
+        token = next.at(0);
+    }
+    auto t0 = Clock::now();
+    for (int32_t i = 0; i < n_steps; ++i) {
+        item = BatchItem{seq, std::span(&token, 1), false};
+        fwd.forward_argmax(kv, std::span(&item, 1), next);
+        token = next.at(0);
+    }
+    c.decode_ms = ms_since(t0) / n_steps;
+    c.context = kv.length(seq);
+    // Same context for both: each pass is rolled back.
+    const std::vector<int32_t> nine(9, token);
+    const int32_t base = kv.length(seq);
+    double one_ms = 0.0, nine_ms = 0.0;
+    for (int32_t r = 0; r < n_repeats; ++r) {
+        item = BatchItem{seq, std::span(nine.data(), 1), false};
+        t0 = Clock::now();
+        (void)fwd.forward(kv, std::span(&item, 1));
+        one_ms += ms_since(t0);
+        kv.truncate(seq, base);
+        item = BatchItem{seq, nine, true};
+        t0 = Clock::now();
+        (void)fwd.forward(kv, std::span(&item, 1));
+        nine_ms += ms_since(t0);
+        kv.truncate(seq, base);
+    }
+    c.one_ms = one_ms / n_repeats;
+    c.nine_ms = nine_ms / n_repeats;
+    kv.free_sequence(seq);
+    return c;
+}
+
+// 64 greedy sessions through the batched verifier (and drafter when
+// speculating) on the GPU, phases run one after the other by this thread.
+double concurrent_sessions(const LlamaModel& target, const LlamaModel* draft, const std::shared_ptr<const DeviceModel>& tw,
+                           const std::shared_ptr<const DeviceModel>& dw, int32_t n_sessions, int32_t max_tokens, int64_t& tokens_out) {
+    ForwardOptions fo;
+    fo.max_batch_tokens = 1024;
+    fo.max_logit_rows = 1024;
+    const int32_t n_ctx = target.hparams().n_ctx_train;
+    CudaForward tf(tw, &target, fo);
+    auto tkv = tf.make_kv_cache(tf.kv_shape(n_ctx, n_sessions));
+    BatchVerifierOptions vo;
+    vo.max_step_tokens = 1024;
+    BatchVerifier verifier(tf, *tkv, vo);
+    std::unique_ptr<CudaForward> df;
+    std::unique_ptr<PagedKvCache> dkv;
+    std::unique_ptr<BatchDrafter> drafter;
+    if (draft) {
+        df = std::make_unique<CudaForward>(dw, draft, fo);
+        dkv = df->make_kv_cache(df->kv_shape(n_ctx, n_sessions));
+        drafter = std::make_unique<BatchDrafter>(df.get(), dkv.get());
+    }
+    const char* prompts[] = {"Once upon a time", "Lily and Ben went to the park.", "The sun was hot", "Max the dog liked to run"};
+    std::vector<std::unique_ptr<SessionCore>> sessions;
+    std::vector<bool> prefilled(static_cast<size_t>(n_sessions), false);
+    GenerationParams gp;
+    gp.max_tokens = max_tokens;
+    gp.sampling.temperature = 0.0f;
+    gp.stop_at_eos = false;
+    SpeculativeParams sp;
+    sp.draft_max = 8;
+    for (int32_t i = 0; i < n_sessions; ++i) {
+        sessions.push_back(std::make_unique<SessionCore>(target.tokenizer(), target.tokenizer().encode(prompts[i % 4], true), gp, sp,
+                                                         draft != nullptr, n_ctx));
+    }
+    const auto t0 = Clock::now();
+    std::vector<DraftJob> djobs;
+    std::vector<DraftOutcome> douts;
+    std::vector<VerifyOutcome> vouts;
+    for (;;) {
+        djobs.clear();
+        bool open = false;
+        for (int32_t i = 0; i < n_sessions; ++i) {
+            SessionCore& s = *sessions[static_cast<size_t>(i)];
+            if (s.finished()) continue;
+            open = true;
+            if (!prefilled[static_cast<size_t>(i)] || !drafter) continue;
+            const int32_t k = s.next_k();
+            if (k > 0) djobs.push_back(s.draft_job(static_cast<uint64_t>(i), static_cast<uint64_t>(i), k));
+        }
+        if (!open) break;
+        douts.clear();
+        if (drafter && !djobs.empty()) drafter->draft(djobs, douts);
+        for (const DraftOutcome& o : douts) sessions[o.tag]->on_draft(o);
+        size_t expected = 0;
+        for (int32_t i = 0; i < n_sessions; ++i) {
+            SessionCore& s = *sessions[static_cast<size_t>(i)];
+            if (s.finished()) continue;
+            const auto key = static_cast<uint64_t>(i);
+            verifier.submit(prefilled[static_cast<size_t>(i)] ? s.verify_job(key, key) : s.prefill_job(key, key));
+            ++expected;
+        }
+        size_t got = 0;
+        while (got < expected) {
+            vouts.clear();
+            verifier.step(vouts);
+            for (const VerifyOutcome& o : vouts) {
+                if (!o.ok) throw Error("bench: verify failed: " + o.error);
+                SessionCore& s = *sessions[o.tag];
+                if (!prefilled[o.tag]) {
+                    s.on_prefill(o);
+                    prefilled[o.tag] = true;
+                } else {
+                    s.on_verify(o);
+                }
+                if (s.finished()) {
+                    verifier.close(o.request);
+                    if (drafter) drafter->close(o.request);
+                }
+                ++got;
+            }
+        }
+    }
+    const double ms = ms_since(t0);
+    tokens_out = 0;
+    for (const auto& s : sessions) tokens_out += static_cast<int64_t>(s->output().size());
+    return 1000.0 * static_cast<double>(tokens_out) / ms;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    std::string models = std::getenv("SPECD_MODELS_DIR") ? std::getenv("SPECD_MODELS_DIR") : SPECD_MODELS_DIR_DEFAULT;
+    bool quick = false;
+    for (int i = 1; i < argc; ++i) {
+        if (std::strcmp(argv[i], "--models") == 0 && i + 1 < argc) models = argv[++i];
+        if (std::strcmp(argv[i], "--quick") == 0) quick = true;
+    }
+    const DeviceProbe probe = probe_devices();
+    if (!probe.usable()) {
+        std::cout << "gpu_bench: skipped: no CUDA device (" << probe.reason << ")\n";
+        return 77;
+    }
+    const DeviceInfo& dev = probe.devices.front();
+    std::printf("device: %s (sm_%d%d), peak memory bandwidth from the runtime: %.0f GB/s\n\n", dev.name.c_str(), dev.compute_major,
+                dev.compute_minor, dev.memory_bandwidth_gbs);
+    std::printf("| model | measurement | value |\n| --- | --- | --- |\n");
+    try {
+        // ---- stories15M, f16
+        auto target = LlamaModel::load(models + "/stories15M-f32.gguf");
+        auto draft = LlamaModel::load(models + "/stories15M-q8_0.gguf");
+        auto tw = DeviceModel::upload(*target, dev.ordinal, HalfType::F16);
+        auto dw = DeviceModel::upload(*draft, dev.ordinal, HalfType::F16);
+        {
+            CudaForward fwd(tw, target.get());
+            auto kv = fwd.make_kv_cache(fwd.kv_shape(256, 1));
+            const StepCosts c = measure_steps(fwd, *kv, 32, quick ? 50 : 200, quick ? 20 : 100);
+            std::printf("| stories15M f16 | decode, batch 1 (context %d) | %.0f tokens/s (%.3f ms/step) |\n", c.context, 1000.0 / c.decode_ms,
+                        c.decode_ms);
+            std::printf("| stories15M f16 | verify 9 tokens / decode 1 token (both with logits to the host) | %.2fx (%.3f / %.3f ms; goal <= 1.3x) |\n",
+                        c.nine_ms / c.one_ms, c.nine_ms, c.one_ms);
+        }
+        for (bool spec : {false, true}) {
+            int64_t tokens = 0;
+            const double tps = concurrent_sessions(*target, spec ? draft.get() : nullptr, tw, dw, 64, quick ? 32 : 128, tokens);
+            std::printf("| stories15M f16 | 64 concurrent greedy sessions, speculation %s%s | %.0f tokens/s aggregate (%lld tokens) |\n",
+                        spec ? "on (q8_0 draft as f16, k <= 8)" : "off", "", tps, static_cast<long long>(tokens));
+        }
+        std::fflush(stdout);
+
+        // ---- Llama-2-7B shape, random weights made on the device
+        LlamaHparams hp;
+        hp.n_vocab = 32000;
+        hp.n_ctx_train = 4096;
+        hp.dim = 4096;
+        hp.n_layers = 32;
+        hp.n_heads = 32;
+        hp.n_kv_heads = 32;
+        hp.head_dim = 128;
+        hp.ffn_dim = 11008;
+        hp.rope_dim = 128;
+        auto w7 = DeviceModel::random(hp, dev.ordinal, HalfType::F16);
+        ForwardOptions fo;
+        fo.max_batch_tokens = 64;
+        fo.max_logit_rows = 16;
+        CudaForward fwd(w7, nullptr, fo);
+        KvCacheShape shape;
+        shape.n_layers = hp.n_layers;
+        shape.kv_dim = hp.kv_dim();
+        shape.block_size = 16;
+        shape.max_seq_len = 1024;
+        shape.max_sequences = 1;
+        shape.n_blocks = 1024 / 16;
+        auto kv = fwd.make_kv_cache(shape);
+        const StepCosts c = measure_steps(fwd, *kv, 32, quick ? 16 : 64, quick ? 5 : 20);
+        const double kv_bytes = 2.0 * hp.n_layers * c.context * hp.kv_dim() * 2.0;  // K and V read once per step (f16)
+        const double gbs = (static_cast<double>(w7->step_weight_bytes()) + kv_bytes) / (c.decode_ms * 1e-3) / 1e9;
+        std::printf("| 7B shape f16 (random) | decode, batch 1 (context %d) | %.1f tokens/s (%.2f ms/step) |\n", c.context,
+                    1000.0 / c.decode_ms, c.decode_ms);
+        std::printf("| 7B shape f16 (random) | HBM bandwidth at batch 1 | %.0f GB/s = %.0f%% of 4.3 TB/s (%.0f%% of the runtime's peak; goal >= 70%%) |\n",
+                    gbs, 100.0 * gbs / kReferenceHbmGbs, dev.memory_bandwidth_gbs > 0 ? 100.0 * gbs / dev.memory_bandwidth_gbs : 0.0);
+        std::printf("| 7B shape f16 (random) | verify 9 tokens / decode 1 token (both with logits to the host) | %.2fx (%.2f / %.2f ms; goal <= 1.3x) |\n",
+                    c.nine_ms / c.one_ms, c.nine_ms, c.one_ms);
+    } catch (const std::exception& e) {
+        std::printf("\ngpu_bench: failed: %s\n", e.what());
+        return 1;
+    }
+    return 0;
+}
