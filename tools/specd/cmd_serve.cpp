@@ -101,6 +101,12 @@ void run_serve(const ConfigFlags& flags) {
         std::fprintf(stderr, "specd: WARNING: draft model %s not loaded (%s): speculative decoding is OFF\n", rc.draft_model.c_str(),
                      rt.draft_load_error().c_str());
     }
+    if (!rc.target_nodes.empty()) {
+        for (const NodeStatus& n : rt.cluster())
+            std::printf("specd: %s node %s: %s\n", n.role.c_str(), n.address.c_str(), n.up ? "up" : ("down (" + n.last_error + ")").c_str());
+        if (rt.cluster_port() != 0) std::printf("specd: cluster port %s:%u (specd node --join)\n", rc.host.c_str(), rt.cluster_port());
+        std::fflush(stdout);
+    }
     net::Server server(rt, server_options(rc));
     const uint16_t port = server.start();
     std::signal(SIGINT, on_stop_signal);
