@@ -1,7 +1,8 @@
 // `specd node --role target|draft -m MODEL --listen HOST:PORT [--join GW]`:
 // one role of the runtime published through CAF's middleman for a gateway
 // (`specd serve --target-nodes … --draft-nodes …`). Runs until SIGTERM or
-// SIGINT.
+// SIGINT. `specd delay-proxy`: a TCP relay that adds a fixed delay each way
+// (an emulated round trip on loopback, for benchmarks and tests).
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -14,6 +15,7 @@
 #include "config/log.h"
 #include "engine/error.h"
 #include "engine/generate.h"
+#include "net/delay_proxy.h"
 #include "tools/specd/commands.h"
 #include "tools/specd/config_flags.h"
 
@@ -86,9 +88,33 @@ void run_node(const NodeFlags& f) {
     node.reset();  // unpublish and stop the actors, or the process would never exit
 }
 
+void run_delay_proxy(const std::string& listen_text, const std::string& to_text, double rtt_ms) {
+    if (rtt_ms < 0.0 || rtt_ms > 10000.0) throw Error("--rtt-ms must be in 0..10000");
+    const NodeAddress listen = parse_one(listen_text, "--listen", true);
+    const NodeAddress to = parse_one(to_text, "--to", false);
+    net::DelayProxy proxy(net::DelayProxyOptions{listen.host, listen.port, to.host, to.port, rtt_ms / 2.0});
+    const uint16_t port = proxy.start();
+    std::signal(SIGINT, on_node_signal);
+    std::signal(SIGTERM, on_node_signal);
+    std::printf("specd: delay proxy listening at %s:%u → %s, round trip +%.3f ms\n", listen.host.c_str(), port, to.text().c_str(), rtt_ms);
+    std::fflush(stdout);
+    while (g_node_stop == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    proxy.stop();
+}
+
 }  // namespace
 
 void register_node_command(CLI::App& app) {
+    {
+        auto listen = std::make_shared<std::string>("127.0.0.1:0");
+        auto to = std::make_shared<std::string>();
+        auto rtt = std::make_shared<double>(1.0);
+        CLI::App* p = app.add_subcommand("delay-proxy", "TCP relay adding RTT/2 each way (emulated network latency on loopback)");
+        p->add_option("--listen", *listen, "HOST:PORT to listen on (port 0: any, printed)");
+        p->add_option("--to", *to, "upstream HOST:PORT (an IP address)")->required();
+        p->add_option("--rtt-ms", *rtt, "added round-trip time in ms");
+        p->callback([listen, to, rtt] { run_delay_proxy(*listen, *to, *rtt); });
+    }
     auto flags = std::make_shared<NodeFlags>();
     CLI::App* n = app.add_subcommand("node", "serve one role (target verifier or draft) to a gateway over CAF's network layer");
     n->add_option("--role", flags->role, "target (verifier + KV manager of -m) or draft (draft actor of -m)")->required();
