@@ -1,13 +1,19 @@
 // `specd bench-wire`: what each multi-node message costs on the wire: its
 // size as CAF serialises it, and the round trip of each request/reply pair
 // between two actor systems over loopback TCP (CAF's middleman), as a table.
-// Benchmark, not test: the figures depend on the machine and its load.
+// Benchmark, not test: the figures depend on the machine and its load. The
+// node side is a forked child process with its own actor system.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
@@ -133,7 +139,7 @@ struct RoundTrip {
     double p50_us = 0, p99_us = 0;
 };
 
-template <class Msg>
+template <class Reply, class Msg>
 RoundTrip round_trip(caf::actor_system& sys, const caf::actor& node, const Msg& msg, int n) {
     caf::scoped_actor self{sys};
     std::vector<double> us;
@@ -141,34 +147,73 @@ RoundTrip round_trip(caf::actor_system& sys, const caf::actor& node, const Msg& 
     for (int i = 0; i < n + n / 10; ++i) {  // the first tenth warms up
         const auto t0 = std::chrono::steady_clock::now();
         bool ok = false;
-        self->request(node, std::chrono::seconds(10), msg).receive([&](caf::message&) { ok = true; }, [&](caf::error&) {});
+        std::string why;
+        self->request(node, std::chrono::seconds(5), msg).receive([&](Reply&) { ok = true; }, [&](caf::error& e) { why = sys.render(e); });
         const double t = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
-        if (!ok) throw Error("bench-wire: a round trip failed");
+        if (!ok) throw Error("bench-wire: a round trip failed: " + why);
         if (i >= n / 10) us.push_back(t);
     }
     std::sort(us.begin(), us.end());
     return RoundTrip{us[us.size() / 2], us[std::min(us.size() - 1, us.size() * 99 / 100)]};
 }
 
-void run_bench_wire(const WireShape& w, int n) {
-    // Two actor systems in one process, each with its own middleman: the
-    // messages cross real loopback TCP exactly as between two machines.
-    caf::actor_system_config node_cfg, gw_cfg;
-    for (auto* c : {&node_cfg, &gw_cfg}) {
-        register_types(*c);
-        configure_low_latency(*c);
-        configure_network(*c);
+// The node side runs in a child process: two actor systems in one process
+// share a CAF node id, and the middleman won't connect a node to itself.
+// Returns the child's pid; its published port arrives through `port_out`.
+pid_t start_echo_process(const WireShape& w, uint16_t& port_out) {
+    int fds[2];
+    if (pipe(fds) != 0) throw Error("bench-wire: pipe failed");
+    const pid_t child = fork();
+    if (child < 0) throw Error("bench-wire: fork failed");
+    if (child == 0) {
+        close(fds[0]);
+        caf::actor_system_config cfg;
+        register_types(cfg);
+        configure_low_latency(cfg);
+        configure_network(cfg);
+        caf::actor_system sys{cfg};
+        auto echo = sys.spawn(echo_node, w);
+        auto port = sys.middleman().publish(echo, 0, "127.0.0.1", true);
+        const uint16_t p = port ? *port : 0;
+        if (write(fds[1], &p, sizeof p) != static_cast<ssize_t>(sizeof p)) _exit(1);
+        close(fds[1]);
+        // Until the parent kills it (SIGTERM); the parent's exit also ends it.
+        while (getppid() != 1) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        _exit(0);
     }
-    caf::actor_system node_sys{node_cfg};
+    close(fds[1]);
+    uint16_t p = 0;
+    const ssize_t got = read(fds[0], &p, sizeof p);
+    close(fds[0]);
+    if (got != static_cast<ssize_t>(sizeof p) || p == 0) {
+        kill(child, SIGKILL);
+        waitpid(child, nullptr, 0);
+        throw Error("bench-wire: the echo node could not publish on loopback");
+    }
+    port_out = p;
+    return child;
+}
+
+void run_bench_wire(const WireShape& w, int n) {
+    uint16_t port = 0;
+    const pid_t child = start_echo_process(w, port);
+    struct Reap {
+        pid_t pid;
+        ~Reap() {
+            kill(pid, SIGKILL);
+            waitpid(pid, nullptr, 0);
+        }
+    } reap{child};
+    caf::actor_system_config gw_cfg;
+    register_types(gw_cfg);
+    configure_low_latency(gw_cfg);
+    configure_network(gw_cfg);
     caf::actor_system gw_sys{gw_cfg};
-    auto echo = node_sys.spawn(echo_node, w);
-    auto port = node_sys.middleman().publish(echo, 0, "127.0.0.1", true);
-    if (!port) throw Error("bench-wire: cannot publish on loopback: " + node_sys.render(port.error()));
-    auto remote = gw_sys.middleman().remote_actor(std::string("127.0.0.1"), *port);
+    auto remote = gw_sys.middleman().remote_actor(std::string("127.0.0.1"), port);
     if (!remote) throw Error("bench-wire: cannot connect: " + gw_sys.render(remote.error()));
 
     std::printf("specd bench-wire: k = %d drafted tokens, %d entries per draft distribution, %d tokens of context; "
-                "round trips over loopback TCP between two CAF systems, %d each\n\n",
+                "round trips over loopback TCP to a CAF system in a child process, %d each\n\n",
                 w.k, w.entries, w.context, n);
     std::printf("| message | bytes | what it carries |\n| --- | ---: | --- |\n");
     auto row = [](const char* name, size_t bytes, const char* what) { std::printf("| %s | %zu | %s |\n", name, bytes, what); };
@@ -195,16 +240,15 @@ void run_bench_wire(const WireShape& w, int n) {
 
     std::printf("\n| round trip | p50 µs | p99 µs |\n| --- | ---: | ---: |\n");
     auto rt_row = [](const char* name, RoundTrip r) { std::printf("| %s | %.0f | %.0f |\n", name, r.p50_us, r.p99_us); };
-    rt_row("draft_msg → draft_result, greedy, incremental", round_trip(gw_sys, *remote, make_draft(w, true, false), n));
-    rt_row("draft_msg → draft_result, greedy, whole context", round_trip(gw_sys, *remote, make_draft(w, false, false), n));
-    rt_row("draft_msg → draft_result, sampled", round_trip(gw_sys, *remote, make_draft(w, true, true), n));
-    rt_row("verify_msg → verify_result, greedy", round_trip(gw_sys, *remote, make_verify(w, false), n));
-    rt_row("verify_msg → verify_result, sampled", round_trip(gw_sys, *remote, make_verify(w, true), n));
-    rt_row("kv_acquire → kv_grant", round_trip(gw_sys, *remote, kv_acquire{42, 300, 0}, n));
-    rt_row("hello → node_hello", round_trip(gw_sys, *remote, caf::make_message(hello_atom::value), n));
+    rt_row("draft_msg → draft_result, greedy, incremental", round_trip<draft_result>(gw_sys, *remote, make_draft(w, true, false), n));
+    rt_row("draft_msg → draft_result, greedy, whole context", round_trip<draft_result>(gw_sys, *remote, make_draft(w, false, false), n));
+    rt_row("draft_msg → draft_result, sampled", round_trip<draft_result>(gw_sys, *remote, make_draft(w, true, true), n));
+    rt_row("verify_msg → verify_result, greedy", round_trip<verify_result>(gw_sys, *remote, make_verify(w, false), n));
+    rt_row("verify_msg → verify_result, sampled", round_trip<verify_result>(gw_sys, *remote, make_verify(w, true), n));
+    rt_row("kv_acquire → kv_grant", round_trip<kv_grant>(gw_sys, *remote, kv_acquire{42, 300, 0}, n));
+    rt_row("hello → node_hello", round_trip<node_hello>(gw_sys, *remote, hello_atom::value, n));
 
-    caf::anon_send_exit(echo, caf::exit_reason::user_shutdown);
-    (void)node_sys.middleman().unpublish(echo, *port);
+    std::fflush(stdout);
 }
 
 }  // namespace
