@@ -276,6 +276,9 @@ verifier_actor::behavior_type verifier_fun(verifier_actor::stateful_pointer<veri
 
 struct draft_state {
     ContextMirror contexts;            // each request's context, rebuilt from incremental draft_msgs
+    // Remote sessions by request: a gateway that dies or is cut off leaves
+    // no close behind, so the down message frees the draft sequence.
+    std::unordered_map<caf::actor_addr, uint64_t> remote_owners;
     std::unique_ptr<ForwardPass> fwd;
     std::unique_ptr<PagedKvCache> kv;
     std::unique_ptr<BatchDrafter> batch;
@@ -291,6 +294,13 @@ struct draft_state {
 
 draft_actor::behavior_type draft_fun(draft_actor::stateful_pointer<draft_state> self, std::shared_ptr<RuntimeShared> rt) {
     auto& st = self->state;
+    self->set_down_handler([self](caf::down_msg& dm) {
+        auto it = self->state.remote_owners.find(dm.source);
+        if (it == self->state.remote_owners.end()) return;
+        self->state.batch->close(it->second);
+        self->state.contexts.close(it->second);
+        self->state.remote_owners.erase(it);
+    });
     if (rt->draft) {
         ForwardOptions fo;
         fo.max_batch_tokens = rt->config.max_step_tokens;
@@ -305,6 +315,10 @@ draft_actor::behavior_type draft_fun(draft_actor::stateful_pointer<draft_state> 
         [=](draft_msg& m) -> caf::typed_response_promise<draft_result> {
             auto& s = self->state;
             auto rp = self->make_response_promise<draft_result>();
+            if (const auto& sender = self->current_sender(); sender && sender->node() != self->node()) {
+                auto [it, added] = s.remote_owners.emplace(caf::actor_cast<caf::actor_addr>(sender), m.request);
+                if (added) self->monitor(sender);
+            }
             const std::vector<int32_t>* context = s.contexts.apply(m.request, m.keep, m.tail);
             if (!context) {
                 draft_result r;
@@ -343,8 +357,15 @@ draft_actor::behavior_type draft_fun(draft_actor::stateful_pointer<draft_state> 
             return rp;
         },
         [=](close_atom, uint64_t request) -> bool {
-            self->state.batch->close(request);
-            self->state.contexts.close(request);
+            auto& s = self->state;
+            s.batch->close(request);
+            s.contexts.close(request);
+            for (auto it = s.remote_owners.begin(); it != s.remote_owners.end(); ++it) {
+                if (it->second != request) continue;
+                self->demonitor(it->first);
+                s.remote_owners.erase(it);
+                break;
+            }
             return true;
         },
         [=](step_atom) {
@@ -371,6 +392,9 @@ draft_actor::behavior_type draft_fun(draft_actor::stateful_pointer<draft_state> 
 // ------------------------------------------------------ KV manager ---
 
 struct kv_state {
+    // Remote sessions (a gateway's) by the request they hold: when their
+    // gateway dies or is cut off, the down message releases the blocks.
+    std::unordered_map<caf::actor_addr, uint64_t> remote_owners;
     std::unique_ptr<KvLedger> ledger;
     std::unordered_map<uint64_t, caf::typed_response_promise<kv_grant>> waiting;
     std::vector<uint64_t> granted;
@@ -412,10 +436,23 @@ kv_manager_actor::behavior_type kv_fun(kv_manager_actor::stateful_pointer<kv_sta
     KvPoolSpec t{rt->target_shape.n_blocks, rt->target_shape.block_size, rt->target_shape.max_sequences};
     KvPoolSpec d{rt->draft ? rt->draft_shape.n_blocks : 0, rt->draft_shape.block_size, rt->draft_shape.max_sequences};
     self->state.ledger = std::make_unique<KvLedger>(t, d, rt->config.max_waiting);
+    self->set_down_handler([=](caf::down_msg& dm) {
+        auto it = self->state.remote_owners.find(dm.source);
+        if (it == self->state.remote_owners.end()) return;
+        const uint64_t request = it->second;
+        self->state.remote_owners.erase(it);
+        kv_release(self, rt, request);
+    });
     return {
         [=](kv_acquire& a) -> caf::typed_response_promise<kv_grant> {
             auto& s = self->state;
             auto rp = self->make_response_promise<kv_grant>();
+            // Local sessions release through their exit functor; a remote
+            // one may vanish with its gateway, so watch it.
+            if (const auto& sender = self->current_sender(); sender && sender->node() != self->node()) {
+                s.remote_owners[caf::actor_cast<caf::actor_addr>(sender)] = a.request;
+                self->monitor(sender);
+            }
             std::string why;
             Admission ad;
             try {
@@ -435,7 +472,16 @@ kv_manager_actor::behavior_type kv_fun(kv_manager_actor::stateful_pointer<kv_sta
             else s.waiting.emplace(a.request, rp);
             return rp;
         },
-        [=](release_atom, uint64_t request) { kv_release(self, rt, request); },
+        [=](release_atom, uint64_t request) {
+            auto& s = self->state;
+            for (auto it = s.remote_owners.begin(); it != s.remote_owners.end(); ++it) {
+                if (it->second != request) continue;
+                self->demonitor(it->first);
+                s.remote_owners.erase(it);
+                break;
+            }
+            kv_release(self, rt, request);
+        },
         [=](stats_atom) -> runtime_stats {
             const KvLedger& l = *self->state.ledger;
             runtime_stats r;
