@@ -9,6 +9,7 @@
 #include <cstring>
 #include <fstream>
 #include <mutex>
+#include <random>
 #include <set>
 #include <thread>
 #include <unordered_map>
@@ -1425,6 +1426,9 @@ std::unique_ptr<Runtime> Runtime::create(caf::actor_system& system, const Runtim
         return std::unique_ptr<Runtime>(new Runtime(rt));
     }
     rt->clustered = true;
+    // Nodes key sequences by request id, and several gateways may share
+    // them: each gateway numbers its requests from a random 32-bit prefix.
+    rt->next_request = (static_cast<uint64_t>(std::random_device{}()) << 32) | 1u;
     for (const NodeAddress& a : parse_node_list(config.target_nodes, "target_nodes")) cluster_add(rt, true, a);
     for (const NodeAddress& a : parse_node_list(config.draft_nodes, "draft_nodes")) cluster_add(rt, false, a);
     rt->cluster = system.spawn(cluster_fun, rt);

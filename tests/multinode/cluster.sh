@@ -22,7 +22,7 @@ start_node t1 target "$target" 127.0.0.1:0
 start_node t2 target "$target" 127.0.0.1:0
 start_node d1 draft "$draft" 127.0.0.1:0
 t1=${addr[t1]} t2=${addr[t2]} d1=${addr[d1]}
-start_gateway gw --target-nodes "$t1,$t2" --draft-nodes "$d1" --health-interval 200 --node-timeout 1500
+start_gateway gw --target-nodes "$t1,$t2" --draft-nodes "$d1" --health-interval 200 --node-timeout 1500 --cluster-port 0
 url=${addr[gw]}
 echo "nodes: target $t1, target $t2, draft $d1; gateway $url"
 
@@ -121,5 +121,13 @@ for i in 1 2 3; do
         fail "a request after the target rejoined failed"
 done
 echo "ok: the restarted target (${addr[t1]}) rejoined and serves"
+# ---- 5. a node that joins by itself (--join the gateway's cluster port)
+cport=$(grep -o 'cluster port 127.0.0.1:[0-9]*' "$work/gw.log" | head -n 1 | cut -d' ' -f3)
+[ -n "$cport" ] || fail "the gateway printed no cluster port"
+"$specd" node --role target -m "$target" --listen 127.0.0.1:0 -t 1 --join "$cport" >"$work/t3.log" 2>&1 &
+proc_pid[t3]=$!
+line=$(wait_for_line "$work/t3.log" 'listening at [0-9.]*:[0-9]*' "${proc_pid[t3]}") || fail "node t3 did not start"
+wait_node_state "$url" "${line#listening at }" true 30 || fail "the node that --joined is not up at the gateway"
+echo "ok: a node that --joined the gateway (${line#listening at }) is up"
 curl -s "$url/health" | grep -q '"status":"ok"' || fail "the gateway is not healthy at the end"
 echo "PASS: multi-node cluster on loopback"

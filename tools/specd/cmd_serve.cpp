@@ -114,7 +114,10 @@ void run_serve(const ConfigFlags& flags) {
     std::signal(SIGHUP, on_reload_signal);
     std::signal(SIGPIPE, SIG_IGN);
     const SpeculationSettings spec = rt.speculation();
-    const std::string drafter = rt.has_draft_model() ? rc.draft_model : "n-gram";
+    // A gateway drafts on its draft nodes (none: plain decoding); one process with its draft model or the n-gram lookup.
+    const std::string drafter = !rc.target_nodes.empty() ? (rc.draft_nodes.empty() ? "none (no draft nodes)" : "nodes " + rc.draft_nodes)
+                                : rt.has_draft_model() ? rc.draft_model
+                                                       : "n-gram";
     std::printf("specd: serving %s (speculative decoding %s, draft: %s) at http://%s:%u  (chat page /, WebSocket /v1/ws, OpenAI /v1)\n",
                 rt.model_name().c_str(), spec.enabled ? "on" : "off", drafter.c_str(), rc.host.c_str(), port);
     std::fflush(stdout);
