@@ -16,11 +16,12 @@ namespace {
 
 class CpuBackends : public BackendFactory {
 public:
-    CpuBackends(const LlamaModel& target, const LlamaModel* draft, ThreadPool& target_pool, ThreadPool* draft_pool)
+    CpuBackends(const LlamaModel* target, const LlamaModel* draft, ThreadPool* target_pool, ThreadPool* draft_pool)
         : target_(target), draft_(draft), target_pool_(target_pool), draft_pool_(draft_pool) {}
 
     std::unique_ptr<ForwardBackend> make_target(const ForwardOptions& options) override {
-        return std::make_unique<ForwardPass>(target_, target_pool_, options);
+        if (!target_ || !target_pool_) throw Error("backend: no target model");
+        return std::make_unique<ForwardPass>(*target_, *target_pool_, options);
     }
     std::unique_ptr<ForwardBackend> make_draft(const ForwardOptions& options) override {
         if (!draft_ || !draft_pool_) throw Error("backend: no draft model");
@@ -33,23 +34,24 @@ public:
     std::string name() const override { return "cpu"; }
 
 private:
-    const LlamaModel& target_;
+    const LlamaModel* target_;
     const LlamaModel* draft_;
-    ThreadPool& target_pool_;
+    ThreadPool* target_pool_;
     ThreadPool* draft_pool_;
 };
 
 #ifdef SPECD_HAS_CUDA
 class CudaBackends : public BackendFactory {
 public:
-    CudaBackends(int device, const LlamaModel& target, const LlamaModel* draft)
+    CudaBackends(int device, const LlamaModel* target, const LlamaModel* draft)
         : device_(device), target_(target), draft_(draft) {
         // Weights once per device; every backend made below shares them.
-        target_weights_ = gpu::DeviceModel::upload(target, device);
+        if (target) target_weights_ = gpu::DeviceModel::upload(*target, device);
         if (draft) draft_weights_ = gpu::DeviceModel::upload(*draft, device);
     }
     std::unique_ptr<ForwardBackend> make_target(const ForwardOptions& options) override {
-        return std::make_unique<gpu::CudaForward>(target_weights_, &target_, options);
+        if (!target_weights_) throw Error("backend: no target model");
+        return std::make_unique<gpu::CudaForward>(target_weights_, target_, options);
     }
     std::unique_ptr<ForwardBackend> make_draft(const ForwardOptions& options) override {
         if (!draft_weights_) throw Error("backend: no draft model");
@@ -68,7 +70,7 @@ public:
 
 private:
     int device_;
-    const LlamaModel& target_;
+    const LlamaModel* target_;
     const LlamaModel* draft_;
     std::shared_ptr<const gpu::DeviceModel> target_weights_, draft_weights_;
 };
@@ -76,8 +78,9 @@ private:
 
 }  // namespace
 
-std::unique_ptr<BackendFactory> BackendFactory::create(const RuntimeConfig& config, const LlamaModel& target,
-                                                       const LlamaModel* draft, ThreadPool& target_pool, ThreadPool* draft_pool) {
+std::unique_ptr<BackendFactory> BackendFactory::create(const RuntimeConfig& config, const LlamaModel* target,
+                                                       const LlamaModel* draft, ThreadPool* target_pool, ThreadPool* draft_pool) {
+    if (!target && !draft) throw Error("backend: no model to run");
     const gpu::DeviceRequest request = gpu::parse_device_request(config.device);
 #ifdef SPECD_HAS_CUDA
     const gpu::DeviceProbe probe = request == gpu::DeviceRequest::Cpu ? gpu::DeviceProbe{} : gpu::probe_devices();

@@ -23,10 +23,11 @@ public:
     // when no device is usable or this build has no CUDA); `auto` (CUDA
     // device 0 when usable, else the CPU). Logs the choice in one line
     // ("specd: no CUDA device (...): running on the CPU"). With CUDA, uploads
-    // the target's and the draft's weights. The pools are the CPU backends'
-    // (the draft pool may be null when there is no draft).
-    static std::unique_ptr<BackendFactory> create(const RuntimeConfig& config, const LlamaModel& target,
-                                                  const LlamaModel* draft, ThreadPool& target_pool, ThreadPool* draft_pool);
+    // the target's and the draft's weights. The pools are the CPU backends'.
+    // Either model may be null (a draft node has no target, a plain runtime
+    // no draft; its pool is null then too), not both.
+    static std::unique_ptr<BackendFactory> create(const RuntimeConfig& config, const LlamaModel* target,
+                                                  const LlamaModel* draft, ThreadPool* target_pool, ThreadPool* draft_pool);
     virtual ~BackendFactory() = default;
 
     // A new forward pass for the verifier / the draft actor (each call: its

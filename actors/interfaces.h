@@ -5,6 +5,8 @@
 //   session  ── draft_msg  ──▶ draft          (proposals, batched across sessions)
 //   session  ── token_event / done_event / error_event ──▶ sink (any actor)
 //   kv_manager ── close ──▶ verifier, draft   (free a finished request's sequences)
+//   gateway  ── hello ──▶ node                (multi-node: a `specd node` names its actors)
+//   node     ── join ──▶ cluster              (multi-node: a node asks a gateway to add it)
 #pragma once
 
 #include <caf/all.hpp>
@@ -31,6 +33,18 @@ using kv_manager_actor = caf::typed_actor<
     caf::replies_to<kv_acquire>::with<kv_grant>,
     caf::reacts_to<release_atom, uint64_t>,
     caf::replies_to<stats_atom>::with<runtime_stats>>;
+
+// What a `specd node` process publishes through CAF's middleman: it hands
+// out its verifier + KV manager (target role) or its draft actor (draft
+// role); the gateway talks to those with the single-process messages.
+using node_actor = caf::typed_actor<
+    caf::replies_to<hello_atom>::with<node_hello>>;
+
+// The gateway's membership and health-check actor: nodes listed on its
+// command line, plus those that join (role "target"/"draft", host, port).
+using cluster_actor = caf::typed_actor<
+    caf::reacts_to<join_atom, std::string, std::string, uint16_t>,
+    caf::reacts_to<tick_atom>>;
 
 // One per request.
 using session_actor = caf::typed_actor<

@@ -21,6 +21,9 @@ using close_atom = caf::atom_constant<caf::atom("close")>;
 using stats_atom = caf::atom_constant<caf::atom("stats")>;
 using timeout_atom = caf::atom_constant<caf::atom("timeout")>;
 using release_atom = caf::atom_constant<caf::atom("release")>;
+using hello_atom = caf::atom_constant<caf::atom("hello")>;      // gateway → node: who are you, which actors
+using join_atom = caf::atom_constant<caf::atom("join")>;        // node → gateway: add me to your list
+using tick_atom = caf::atom_constant<caf::atom("tick")>;        // the gateway's health-check timer
 
 // ------------------------------------------------- requests and events ---
 
@@ -100,10 +103,18 @@ struct verify_result {
     double step_ms = 0.0;
 };
 
-// Session → draft: propose up to k tokens after `context`.
+// Session → draft: propose up to k tokens after the request's context.
+// The context travels incrementally: the draft actor keeps each request's
+// last context (until close), and a message says how many of those tokens
+// still hold (`keep`: everything after them was rejected or is new) and
+// appends `tail`. keep = 0 sends the whole context. A draft actor that does
+// not hold `keep` tokens for the request answers `resync` and the session
+// sends it again in full. In steady state one step costs a few tokens on
+// the wire instead of the whole context.
 struct draft_msg {
     uint64_t request = 0;
-    std::vector<int32_t> context;         // prompt + accepted; the last token is pending
+    int32_t keep = 0;                     // tokens of the previously sent context that still hold
+    std::vector<int32_t> tail;            // (new tokens) appended after them; the last is the pending token
     int32_t k = 0;
     float p_min = 0.0f;
     SamplingParams sampling;
@@ -116,6 +127,7 @@ struct draft_result {
     std::string probs;                    // packed (pack_probs)
     std::vector<uint64_t> rng;            // (4)
     double step_ms = 0.0;
+    bool resync = false;                  // the draft actor lacks this request's context: send it in full
 };
 
 // Session → KV manager: set aside blocks for the request's longest run.
@@ -139,6 +151,18 @@ struct runtime_stats {
     int32_t running = 0;                  // requests holding KV blocks
     int32_t waiting = 0;                  // requests queued for blocks
     int32_t kv_block_size = 0;
+};
+
+// Node → gateway, the answer to hello_atom: what a `specd node` process
+// serves. Handles of roles the node doesn't have are invalid.
+struct node_hello {
+    std::string role;                     // "target" or "draft"
+    std::string model;                    // the model's name (file stem or alias)
+    int32_t n_vocab = 0;
+    int32_t n_ctx = 0;                    // context per request
+    caf::actor verifier;                  // target: its verifier_actor
+    caf::actor kv;                        // target: its kv_manager_actor
+    caf::actor drafter;                   // draft: its draft_actor
 };
 
 // ----------------------------------------------------------- inspect ---
@@ -179,11 +203,11 @@ typename Inspector::result_type inspect(Inspector& f, verify_result& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, draft_msg& x) {
-    return f(caf::meta::type_name("specd::draft_msg"), x.request, x.context, x.k, x.p_min, x.sampling, x.rng);
+    return f(caf::meta::type_name("specd::draft_msg"), x.request, x.keep, x.tail, x.k, x.p_min, x.sampling, x.rng);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, draft_result& x) {
-    return f(caf::meta::type_name("specd::draft_result"), x.tokens, x.has_probs, x.probs, x.rng, x.step_ms);
+    return f(caf::meta::type_name("specd::draft_result"), x.tokens, x.has_probs, x.probs, x.rng, x.step_ms, x.resync);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, kv_acquire& x) {
@@ -197,6 +221,11 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, runtime_stats& x) {
     return f(caf::meta::type_name("specd::runtime_stats"), x.kv_target_blocks, x.kv_target_free, x.kv_draft_blocks, x.kv_draft_free,
              x.running, x.waiting, x.kv_block_size);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, node_hello& x) {
+    return f(caf::meta::type_name("specd::node_hello"), x.role, x.model, x.n_vocab, x.n_ctx, x.verifier, x.kv, x.drafter);
 }
 
 // Packs sparse distributions (one per drafted token) as bytes:
@@ -222,4 +251,5 @@ CAF_ADD_TYPE_ID(specd, (specd::kv_acquire))
 CAF_ADD_TYPE_ID(specd, (specd::kv_grant))
 CAF_ADD_TYPE_ID(specd, (specd::runtime_stats))
 CAF_ADD_TYPE_ID(specd, (specd::SamplingParams))
+CAF_ADD_TYPE_ID(specd, (specd::node_hello))
 CAF_END_TYPE_ID_BLOCK(specd)

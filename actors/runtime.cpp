@@ -1,17 +1,26 @@
 // The runtime's actors (thin shells over BatchVerifier, BatchDrafter,
-// KvLedger and SessionCore) and the embedding API. One translation unit:
-// CAF headers cost ~8 s each to compile.
+// KvLedger and SessionCore), the embedding API, and the multi-node pieces
+// (the gateway's cluster actor, a node's published actor). One translation
+// unit: CAF headers cost ~8 s each to compile.
 #include "actors/runtime.h"
 
 #include "actors/backend_factory.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <fstream>
 #include <mutex>
+#include <random>
+#include <set>
+#include <thread>
 #include <unordered_map>
 #include <unordered_set>
 
+#include <caf/io/all.hpp>
+
+#include "actors/node.h"
+#include "config/log.h"
 #include "engine/batch_drafter.h"
 #include "engine/batch_verifier.h"
 #include "engine/kv_ledger.h"
@@ -73,9 +82,40 @@ RngState rng_from_wire(const std::vector<uint64_t>& v) {
 
 void register_types(caf::actor_system_config& cfg) { cfg.add_message_types<caf::id_block::specd>(); }
 
+void configure_network(caf::actor_system_config& cfg) { cfg.load<caf::io::middleman>(); }
+
 void configure_low_latency(caf::actor_system_config& cfg) { cfg.set("scheduler.policy", caf::atom("sharing")); }
 
 // ----------------------------------------------------------- shared ---
+
+// A target node as the gateway sees it; guarded by RuntimeShared::mu.
+struct TargetReplica {
+    NodeAddress address_parts;
+    std::string address;                  // host:port
+    node_actor node;                      // the published actor (health checks)
+    verifier_actor verifier;              // valid while up
+    kv_manager_actor kv;
+    bool up = false;
+    bool connecting = false;              // a connect is in flight
+    int32_t sessions = 0;                 // this gateway's requests on it
+    int64_t served = 0;
+    int32_t kv_free = 0, kv_blocks = 0, waiting = 0;   // from its last health check
+    int32_t joins = 0;
+    std::string last_error;
+};
+
+struct DraftReplica {
+    NodeAddress address_parts;
+    std::string address;
+    node_actor node;
+    draft_actor drafter;
+    bool up = false;
+    bool connecting = false;
+    int32_t sessions = 0;
+    int64_t served = 0;
+    int32_t joins = 0;
+    std::string last_error;
+};
 
 struct RuntimeShared {
     RuntimeConfig config;
@@ -104,6 +144,15 @@ struct RuntimeShared {
     std::atomic<int32_t> spec_draft_max{8};
     std::atomic<bool> spec_adaptive{true};
     std::string draft_load_error;  // set once in create(): why the configured draft is not loaded
+    // Multi-node. A gateway (clustered) has no local compute actors: its
+    // sessions use the replicas' remote actors.
+    bool clustered = false;
+    bool pipeline = false;         // sessions draft step t+1 while step t verifies
+    std::vector<TargetReplica> targets;  // guarded by mu
+    std::vector<DraftReplica> drafts;    // guarded by mu
+    cluster_actor cluster;
+    uint16_t cluster_port = 0;
+    std::string node_role;         // a `specd node`: "target" or "draft"
 
     verifier_actor current_verifier() const {
         std::lock_guard<std::mutex> lock(mu);
@@ -230,6 +279,10 @@ verifier_actor::behavior_type verifier_fun(verifier_actor::stateful_pointer<veri
 // ---------------------------------------------------------- draft ---
 
 struct draft_state {
+    ContextMirror contexts;            // each request's context, rebuilt from incremental draft_msgs
+    // Remote sessions by request: a gateway that dies or is cut off leaves
+    // no close behind, so the down message frees the draft sequence.
+    std::unordered_map<caf::actor_addr, uint64_t> remote_owners;
     std::unique_ptr<ForwardBackend> fwd;
     std::unique_ptr<PagedKvCache> kv;
     std::unique_ptr<BatchDrafter> batch;
@@ -245,6 +298,13 @@ struct draft_state {
 
 draft_actor::behavior_type draft_fun(draft_actor::stateful_pointer<draft_state> self, std::shared_ptr<RuntimeShared> rt) {
     auto& st = self->state;
+    self->set_down_handler([self](caf::down_msg& dm) {
+        auto it = self->state.remote_owners.find(dm.source);
+        if (it == self->state.remote_owners.end()) return;
+        self->state.batch->close(it->second);
+        self->state.contexts.close(it->second);
+        self->state.remote_owners.erase(it);
+    });
     if (rt->draft) {
         ForwardOptions fo;
         fo.max_batch_tokens = rt->config.max_step_tokens;
@@ -259,9 +319,30 @@ draft_actor::behavior_type draft_fun(draft_actor::stateful_pointer<draft_state> 
         [=](draft_msg& m) -> caf::typed_response_promise<draft_result> {
             auto& s = self->state;
             auto rp = self->make_response_promise<draft_result>();
+            if (const auto& sender = self->current_sender(); sender && sender->node() != self->node()) {
+                auto [it, added] = s.remote_owners.emplace(caf::actor_cast<caf::actor_addr>(sender), m.request);
+                if (added) self->monitor(sender);
+            }
+            const std::vector<int32_t>* context = s.contexts.apply(m.request, m.keep, m.tail);
+            if (!context) {
+                draft_result r;
+                r.resync = true;
+                rp.deliver(std::move(r));
+                return rp;
+            }
+            // A newer request of the same session supersedes a queued one
+            // (a pipelined draft that turned out wrong): one job per request
+            // and step, and the stale one gets an empty draft at once.
+            for (size_t i = 0; i < s.jobs.size(); ++i) {
+                if (s.jobs[i].request != m.request) continue;
+                s.promises[i].deliver(draft_result{});
+                s.jobs.erase(s.jobs.begin() + static_cast<std::ptrdiff_t>(i));
+                s.promises.erase(s.promises.begin() + static_cast<std::ptrdiff_t>(i));
+                break;
+            }
             DraftJob job;
             job.request = m.request;
-            job.context = std::move(m.context);
+            job.context = *context;
             job.k = m.k;
             job.p_min = m.p_min;
             job.sampling = m.sampling;
@@ -280,7 +361,15 @@ draft_actor::behavior_type draft_fun(draft_actor::stateful_pointer<draft_state> 
             return rp;
         },
         [=](close_atom, uint64_t request) -> bool {
-            self->state.batch->close(request);
+            auto& s = self->state;
+            s.batch->close(request);
+            s.contexts.close(request);
+            for (auto it = s.remote_owners.begin(); it != s.remote_owners.end(); ++it) {
+                if (it->second != request) continue;
+                self->demonitor(it->first);
+                s.remote_owners.erase(it);
+                break;
+            }
             return true;
         },
         [=](step_atom) {
@@ -307,6 +396,9 @@ draft_actor::behavior_type draft_fun(draft_actor::stateful_pointer<draft_state> 
 // ------------------------------------------------------ KV manager ---
 
 struct kv_state {
+    // Remote sessions (a gateway's) by the request they hold: when their
+    // gateway dies or is cut off, the down message releases the blocks.
+    std::unordered_map<caf::actor_addr, uint64_t> remote_owners;
     std::unique_ptr<KvLedger> ledger;
     std::unordered_map<uint64_t, caf::typed_response_promise<kv_grant>> waiting;
     std::vector<uint64_t> granted;
@@ -334,20 +426,37 @@ void kv_release(kv_manager_actor::stateful_pointer<kv_state> self, const std::sh
         if (--*pending == 0) finish();
     };
     const auto timeout = std::chrono::seconds(30);
-    self->request(rt->current_verifier(), timeout, close_atom::value, request)
-        .then([one_done](bool) { one_done(); }, [one_done](caf::error&) { one_done(); });
-    self->request(rt->current_drafter(), timeout, close_atom::value, request)
-        .then([one_done](bool) { one_done(); }, [one_done](caf::error&) { one_done(); });
+    // A target node has no draft actor (the gateway's session closes the
+    // draft node's sequence itself).
+    if (auto v = rt->current_verifier())
+        self->request(v, timeout, close_atom::value, request).then([one_done](bool) { one_done(); }, [one_done](caf::error&) { one_done(); });
+    else one_done();
+    if (auto d = rt->current_drafter())
+        self->request(d, timeout, close_atom::value, request).then([one_done](bool) { one_done(); }, [one_done](caf::error&) { one_done(); });
+    else one_done();
 }
 
 kv_manager_actor::behavior_type kv_fun(kv_manager_actor::stateful_pointer<kv_state> self, std::shared_ptr<RuntimeShared> rt) {
     KvPoolSpec t{rt->target_shape.n_blocks, rt->target_shape.block_size, rt->target_shape.max_sequences};
     KvPoolSpec d{rt->draft ? rt->draft_shape.n_blocks : 0, rt->draft_shape.block_size, rt->draft_shape.max_sequences};
     self->state.ledger = std::make_unique<KvLedger>(t, d, rt->config.max_waiting);
+    self->set_down_handler([=](caf::down_msg& dm) {
+        auto it = self->state.remote_owners.find(dm.source);
+        if (it == self->state.remote_owners.end()) return;
+        const uint64_t request = it->second;
+        self->state.remote_owners.erase(it);
+        kv_release(self, rt, request);
+    });
     return {
         [=](kv_acquire& a) -> caf::typed_response_promise<kv_grant> {
             auto& s = self->state;
             auto rp = self->make_response_promise<kv_grant>();
+            // Local sessions release through their exit functor; a remote
+            // one may vanish with its gateway, so watch it.
+            if (const auto& sender = self->current_sender(); sender && sender->node() != self->node()) {
+                s.remote_owners[caf::actor_cast<caf::actor_addr>(sender)] = a.request;
+                self->monitor(sender);
+            }
             std::string why;
             Admission ad;
             try {
@@ -367,7 +476,16 @@ kv_manager_actor::behavior_type kv_fun(kv_manager_actor::stateful_pointer<kv_sta
             else s.waiting.emplace(a.request, rp);
             return rp;
         },
-        [=](release_atom, uint64_t request) { kv_release(self, rt, request); },
+        [=](release_atom, uint64_t request) {
+            auto& s = self->state;
+            for (auto it = s.remote_owners.begin(); it != s.remote_owners.end(); ++it) {
+                if (it->second != request) continue;
+                self->demonitor(it->first);
+                s.remote_owners.erase(it);
+                break;
+            }
+            kv_release(self, rt, request);
+        },
         [=](stats_atom) -> runtime_stats {
             const KvLedger& l = *self->state.ledger;
             runtime_stats r;
@@ -383,7 +501,104 @@ kv_manager_actor::behavior_type kv_fun(kv_manager_actor::stateful_pointer<kv_sta
     };
 }
 
+// ------------------------------------------------------- placement ---
+
+// Where a session runs: its target replica (verifier + KV manager) and its
+// draft. In one process both are the local actors.
+struct Placement {
+    int32_t target = -1;                  // index into RuntimeShared::targets (-1: local)
+    int32_t draft = -1;                   // index into RuntimeShared::drafts (-1: local or none)
+    verifier_actor verifier;
+    kv_manager_actor kv;
+    draft_actor drafter;                  // invalid: no draft (plain decoding)
+    bool remote = false;                  // on nodes: the session closes the draft's sequence itself
+    std::string target_address = "local";
+    std::string draft_address;
+};
+
+// Picks the replica with the fewest of this gateway's sessions plus queued
+// requests, then the most free KV blocks (so concurrent arrivals spread at
+// once, before the next health check reports the nodes' own counts).
+// `exclude`: a replica that just failed this session. False: none is up.
+bool place_target(RuntimeShared& rt, Placement& p, int32_t exclude) {
+    std::lock_guard<std::mutex> lock(rt.mu);
+    if (!rt.clustered) {
+        p.target = -1;
+        p.verifier = rt.verifier;
+        p.kv = rt.kv;
+        return true;
+    }
+    int32_t best = -1;
+    for (int32_t i = 0; i < static_cast<int32_t>(rt.targets.size()); ++i) {
+        const TargetReplica& t = rt.targets[static_cast<size_t>(i)];
+        if (!t.up || i == exclude) continue;
+        if (best < 0) {
+            best = i;
+            continue;
+        }
+        const TargetReplica& b = rt.targets[static_cast<size_t>(best)];
+        const int32_t load = t.sessions + t.waiting, best_load = b.sessions + b.waiting;
+        if (load < best_load || (load == best_load && t.kv_free > b.kv_free)) best = i;
+    }
+    if (best < 0) return false;
+    TargetReplica& t = rt.targets[static_cast<size_t>(best)];
+    ++t.sessions;
+    ++t.served;
+    p.target = best;
+    p.verifier = t.verifier;
+    p.kv = t.kv;
+    p.target_address = t.address;
+    return true;
+}
+
+void place_draft(RuntimeShared& rt, Placement& p) {
+    std::lock_guard<std::mutex> lock(rt.mu);
+    if (!rt.clustered) {
+        p.drafter = rt.drafter;
+        return;
+    }
+    int32_t best = -1;
+    for (int32_t i = 0; i < static_cast<int32_t>(rt.drafts.size()); ++i) {
+        const DraftReplica& d = rt.drafts[static_cast<size_t>(i)];
+        if (d.up && (best < 0 || d.sessions < rt.drafts[static_cast<size_t>(best)].sessions)) best = i;
+    }
+    if (best < 0) return;
+    DraftReplica& d = rt.drafts[static_cast<size_t>(best)];
+    ++d.sessions;
+    ++d.served;
+    p.draft = best;
+    p.drafter = d.drafter;
+    p.remote = true;
+    p.draft_address = d.address;
+}
+
+void unplace_target(RuntimeShared& rt, Placement& p) {
+    std::lock_guard<std::mutex> lock(rt.mu);
+    if (p.target >= 0 && p.target < static_cast<int32_t>(rt.targets.size())) --rt.targets[static_cast<size_t>(p.target)].sessions;
+    p.target = -1;
+    p.verifier = verifier_actor{};
+    p.kv = kv_manager_actor{};
+}
+
+void unplace_draft(RuntimeShared& rt, Placement& p) {
+    std::lock_guard<std::mutex> lock(rt.mu);
+    if (p.draft >= 0 && p.draft < static_cast<int32_t>(rt.drafts.size())) --rt.drafts[static_cast<size_t>(p.draft)].sessions;
+    p.draft = -1;
+    p.drafter = draft_actor{};
+}
+
 // -------------------------------------------------------- session ---
+
+// A draft asked for while the previous step is still being verified
+// (pipelining): it assumes every drafted token is accepted and that the
+// target's bonus token is the draft's own next guess.
+struct Prefetch {
+    bool active = false;                  // asked for and not discarded
+    bool ready = false;                   // its reply is here
+    uint64_t id = 0;                      // the draft request it answers
+    std::vector<int32_t> assumed;         // tokens assumed after the history: d1..dk, then the bonus guess
+    DraftOutcome outcome;
+};
 
 struct session_state {
     std::shared_ptr<RuntimeShared> rt;
@@ -396,17 +611,41 @@ struct session_state {
     bool ended = false;
     bool kv_held = false;
     SessionCore::Emitted emitted;
+    // Shared with the exit functor, which releases whatever is placed when
+    // the session ends (normally, failed or killed).
+    std::shared_ptr<Placement> place = std::make_shared<Placement>();
+    std::vector<int32_t> draft_sent;      // the context the draft actor holds for this request (what was sent)
+    uint64_t draft_jobs = 0;              // draft requests sent (each gets its own random stream when pipelined)
+    uint64_t waiting_draft = 0;           // id of the draft request the session waits for (0: none)
+    int32_t waiting_k = 0;                // and its k
+    uint64_t verify_epoch = 0;            // bumped when a target is abandoned: its late replies are ignored
+    bool pipelined = false;
+    Prefetch prefetch;
+    bool awaiting_prefetch = false;       // the next step waits for the prefetch's reply
+    int32_t prefetch_k = 0;               // the k that step wants
+    std::vector<int32_t> verifying;       // drafted tokens of the step being verified
+    int32_t bonus_guess = -1;             // the draft's guess of that step's bonus token (-1: none)
+    int32_t resumes = 0;                  // times moved to another target before streaming
     static inline const char* name = "specd.session";
 };
 
 using session_ptr = session_actor::stateful_pointer<session_state>;
 
+// Requests to local actors wait as long as it takes (a local actor that
+// dies answers); requests to nodes time out, so a node that is cut off
+// (no TCP reset, no down message) is noticed.
+template <class Handle, class Msg, class OnValue, class OnError>
+void ask(session_ptr self, const Handle& dest, Msg&& msg, OnValue on_value, OnError on_error) {
+    const int32_t ms = self->state.rt->clustered ? self->state.rt->config.node_timeout_ms : 0;
+    if (ms > 0) self->request(dest, std::chrono::milliseconds(ms), std::forward<Msg>(msg)).then(std::move(on_value), std::move(on_error));
+    else self->request(dest, caf::infinite, std::forward<Msg>(msg)).then(std::move(on_value), std::move(on_error));
+}
+
 void session_end(session_ptr self) {
     auto& s = self->state;
     if (s.ended) return;
     s.ended = true;
-    if (s.kv_held) self->send(s.rt->kv, release_atom::value, s.request);
-    self->quit();
+    self->quit();  // the exit functor releases the KV blocks and the draft sequence
 }
 
 void session_fail(session_ptr self, std::string code, std::string message) {
@@ -452,6 +691,53 @@ void session_flush(session_ptr self) {
 }
 
 void session_step(session_ptr self);
+void session_acquire(session_ptr self);
+void session_send_draft(session_ptr self, int32_t k, bool prefetch);
+
+// The session's target is gone (down message, timeout, or an error from
+// the node). Nothing streamed yet: start over on another replica. Else a
+// clear error: the target's KV state (and the stream's position) is lost.
+void session_target_lost(session_ptr self, const std::string& why) {
+    auto& s = self->state;
+    if (s.ended) return;
+    const std::string address = s.place->target_address;
+    ++s.verify_epoch;
+    s.kv_held = false;  // the node's blocks went with it
+    const int32_t failed = s.place->target;
+    unplace_target(*s.rt, *s.place);
+    log::warn("target node lost by a session", {{"node", address}, {"request", s.id}, {"error", why}, {"streamed", s.t_first >= 0}});
+    int32_t replicas = 0;
+    {
+        std::lock_guard<std::mutex> lock(s.rt->mu);
+        replicas = static_cast<int32_t>(s.rt->targets.size());
+    }
+    if (s.t_first < 0 && s.resumes < replicas && !s.core->finished()) {
+        ++s.resumes;
+        if (place_target(*s.rt, *s.place, failed)) {
+            if (s.place->verifier) self->monitor(s.place->verifier);
+            return session_acquire(self);
+        }
+    }
+    session_fail(self, "unavailable", "target node " + address + " was lost (" + why + ") after " +
+                                          std::to_string(s.core->output().size()) + " streamed tokens; retry the request");
+}
+
+// The draft is gone: this request goes on in plain decoding, without an error.
+void session_draft_lost(session_ptr self, const std::string& why) {
+    auto& s = self->state;
+    if (s.ended || !s.place->drafter) return;
+    if (s.place->remote) log::warn("draft node lost by a session; it continues without speculation",
+                                   {{"node", s.place->draft_address}, {"request", s.id}, {"error", why}});
+    unplace_draft(*s.rt, *s.place);
+    s.core->disable_speculation();
+    s.prefetch = Prefetch{};
+    const bool was_waiting = s.waiting_draft != 0 || s.awaiting_prefetch;
+    s.waiting_draft = 0;
+    s.awaiting_prefetch = false;
+    if (was_waiting) session_step(self);
+}
+
+void session_send_verify(session_ptr self);
 
 // Sends one job (the prefill, or [pending, drafts]) to the verifier and
 // feeds its outcome to the core; then the next step.
@@ -467,69 +753,206 @@ void session_run_job(session_ptr self, VerifyJob job) {
     m.sampling = job.sampling;
     m.rng = rng_to_wire(job.rng);
     const bool prefill = job.prefill;
-    self->request(s.rt->current_verifier(), caf::infinite, std::move(m))
-        .then(
-            [self, prefill](verify_result& r) {
-                auto& s = self->state;
-                if (s.ended) return;
-                if (!r.ok) return session_fail(self, r.kv_full ? "overloaded" : "internal", r.error);
-                VerifyOutcome o;
-                o.n_accepted = r.n_accepted;
-                o.next = r.next;
-                o.rng = rng_from_wire(r.rng);
-                o.batch_requests = r.batch_requests;
-                o.open_requests = r.open_requests;
-                o.step_ms = r.step_ms;
-                if (prefill) s.core->on_prefill(o);
-                else s.core->on_verify(o);
-                session_flush(self);
-                if (!s.ended) session_step(self);
-            },
-            [self](caf::error& e) {
-                session_fail(self, "internal", "the verifier failed: " + self->system().render(e));
-            });
+    const uint64_t epoch = s.verify_epoch;
+    ask(self, s.place->verifier, std::move(m),
+        [self, prefill, epoch](verify_result& r) {
+            auto& s = self->state;
+            if (s.ended || epoch != s.verify_epoch) return;
+            if (!r.ok) {
+                if (s.rt->clustered && !r.kv_full) return session_target_lost(self, r.error);
+                return session_fail(self, r.kv_full ? "overloaded" : "internal", r.error);
+            }
+            VerifyOutcome o;
+            o.n_accepted = r.n_accepted;
+            o.next = r.next;
+            o.rng = rng_from_wire(r.rng);
+            o.batch_requests = r.batch_requests;
+            o.open_requests = r.open_requests;
+            o.step_ms = r.step_ms;
+            if (prefill) {
+                s.core->on_prefill(o);
+            } else {
+                // The prefetch holds only when its assumption came true.
+                const bool all = r.n_accepted == static_cast<int32_t>(s.verifying.size());
+                if (s.prefetch.active && !(all && s.bonus_guess >= 0 && r.next == s.bonus_guess)) s.prefetch = Prefetch{};
+                s.core->on_verify(o);
+            }
+            session_flush(self);
+            if (!s.ended) session_step(self);
+        },
+        [self, epoch](caf::error& e) {
+            auto& s = self->state;
+            if (s.ended || epoch != s.verify_epoch) return;
+            if (s.rt->clustered) return session_target_lost(self, self->system().render(e));
+            session_fail(self, "internal", "the verifier failed: " + self->system().render(e));
+        });
 }
 
-void session_verify(session_ptr self) { session_run_job(self, self->state.core->verify_job(self->state.request, 0)); }
+void session_send_verify(session_ptr self) {
+    auto& s = self->state;
+    VerifyJob job = s.core->verify_job(s.request, 0);
+    s.verifying.assign(job.tokens.begin() + 1, job.tokens.end());
+    if (job.n_draft == 0) s.bonus_guess = -1;
+    const int32_t k = job.n_draft;
+    session_run_job(self, std::move(job));
+    // Pipelining: while the target verifies, the draft already works on the
+    // next step as if everything is accepted and the bonus token is its guess.
+    if (s.pipelined && k > 0 && s.bonus_guess >= 0 && s.place->drafter) session_send_draft(self, k, true);
+}
+
+// A draft arrived (fresh or prefetched) for a step that wants k tokens:
+// when it has more, the first one beyond k is the guess of the bonus token.
+void session_take_draft(session_ptr self, DraftOutcome o, int32_t k) {
+    auto& s = self->state;
+    s.bonus_guess = -1;
+    if (s.pipelined) {
+        if (static_cast<int32_t>(o.draft.tokens.size()) > k) {
+            s.bonus_guess = o.draft.tokens[static_cast<size_t>(k)];
+            o.draft.tokens.resize(static_cast<size_t>(k));
+            if (o.draft.has_probs && o.draft.probs.size() > static_cast<size_t>(k)) o.draft.probs.resize(static_cast<size_t>(k));
+        }
+        o.rng = s.core->rng_state();  // the draft used its own stream; the acceptance stream goes on unchanged
+    }
+    s.core->on_draft(o);
+    session_send_verify(self);
+}
+
+DraftOutcome outcome_from_wire(draft_result& r, const RngState& fallback) {
+    DraftOutcome o;
+    o.draft.tokens = std::move(r.tokens);
+    o.draft.has_probs = r.has_probs;
+    try {
+        if (r.has_probs) o.draft.probs = unpack_probs(r.probs);
+        o.rng = rng_from_wire(r.rng);
+    } catch (const Error&) {
+        o.draft.clear();
+        o.rng = fallback;
+    }
+    o.step_ms = r.step_ms;
+    return o;
+}
+
+// Asks the draft for the next step (prefetch: the step after the one being
+// verified, under the full-acceptance assumption). Only the change of the
+// context since the last request travels (draft_msg).
+void session_send_draft(session_ptr self, int32_t k, bool prefetch) {
+    auto& s = self->state;
+    DraftJob job = s.core->draft_job(s.request, 0, k);
+    std::vector<int32_t> assumed;
+    if (prefetch) {
+        assumed = s.verifying;
+        assumed.push_back(s.bonus_guess);
+        job.context.insert(job.context.end(), assumed.begin(), assumed.end());
+    }
+    ContextUpdate u = make_context_update(s.draft_sent, job.context);
+    draft_msg m;
+    m.request = s.request;
+    m.keep = u.keep;
+    m.tail = std::move(u.tail);
+    m.k = s.pipelined ? k + 1 : k;  // pipelined: one more, the guess of the bonus token
+    m.p_min = job.p_min;
+    m.sampling = job.sampling;
+    const uint64_t id = ++s.draft_jobs;
+    m.rng = rng_to_wire(s.pipelined ? s.core->draft_rng(id) : job.rng);
+    if (prefetch) {
+        s.prefetch = Prefetch{};
+        s.prefetch.active = true;
+        s.prefetch.id = id;
+        s.prefetch.assumed = std::move(assumed);
+    } else {
+        s.waiting_draft = id;
+        s.waiting_k = k;
+    }
+    ask(self, s.place->drafter, std::move(m),
+        [self, id, prefetch](draft_result& r) {
+            auto& s = self->state;
+            if (s.ended) return;
+            if (prefetch) {
+                if (!s.prefetch.active || s.prefetch.id != id) return;  // discarded
+                if (r.resync) {
+                    s.draft_sent.clear();
+                    s.prefetch = Prefetch{};
+                    if (s.awaiting_prefetch) {
+                        s.awaiting_prefetch = false;
+                        session_send_draft(self, s.prefetch_k, false);
+                    }
+                    return;
+                }
+                s.prefetch.ready = true;
+                s.prefetch.outcome = outcome_from_wire(r, s.core->rng_state());
+                if (s.awaiting_prefetch) {
+                    s.awaiting_prefetch = false;
+                    DraftOutcome o = std::move(s.prefetch.outcome);
+                    s.prefetch = Prefetch{};
+                    session_take_draft(self, std::move(o), s.prefetch_k);
+                }
+                return;
+            }
+            if (s.waiting_draft != id) return;
+            s.waiting_draft = 0;
+            if (r.resync) {
+                // The draft doesn't hold our context (it restarted, or a full
+                // send was refused): send it whole; a refused full send is no draft.
+                const bool was_full = s.draft_sent.empty();
+                s.draft_sent.clear();
+                if (!was_full) return session_send_draft(self, s.waiting_k, false);
+                r = draft_result{};
+            }
+            session_take_draft(self, outcome_from_wire(r, s.core->rng_state()), s.waiting_k);
+        },
+        [self, id, prefetch](caf::error& e) {
+            auto& s = self->state;
+            if (s.ended) return;
+            if (prefetch ? (s.prefetch.active && s.prefetch.id == id) : s.waiting_draft == id)
+                session_draft_lost(self, self->system().render(e));
+        });
+}
 
 void session_step(session_ptr self) {
     auto& s = self->state;
     const int32_t k = s.core->next_k();
-    if (k <= 0) return session_verify(self);
-    DraftJob job = s.core->draft_job(s.request, 0, k);
-    draft_msg m;
-    m.request = s.request;
-    m.context = std::move(job.context);
-    m.k = job.k;
-    m.p_min = job.p_min;
-    m.sampling = job.sampling;
-    m.rng = rng_to_wire(job.rng);
-    self->request(s.rt->current_drafter(), caf::infinite, std::move(m))
-        .then(
-            [self](draft_result& r) {
-                auto& s = self->state;
-                if (s.ended) return;
-                DraftOutcome o;
-                o.draft.tokens = std::move(r.tokens);
-                o.draft.has_probs = r.has_probs;
-                try {
-                    if (r.has_probs) o.draft.probs = unpack_probs(r.probs);
-                    o.rng = rng_from_wire(r.rng);
-                } catch (const Error&) {
-                    o.draft.clear();
-                    o.rng = rng_from_wire(rng_to_wire(RngState{}));
-                }
-                o.step_ms = r.step_ms;
-                s.core->on_draft(o);
-                session_verify(self);
-            },
-            [self](caf::error&) {
-                // The draft actor is gone: this request goes on without speculation.
-                auto& s = self->state;
-                if (s.ended) return;
-                s.core->disable_speculation();
-                session_verify(self);
-            });
+    if (k <= 0 || !s.place->drafter) {
+        s.prefetch = Prefetch{};
+        return session_send_verify(self);
+    }
+    if (s.prefetch.active) {
+        // Every token was accepted and the bonus was the guess: the
+        // prefetched draft continues exactly this history.
+        if (s.prefetch.ready) {
+            DraftOutcome o = std::move(s.prefetch.outcome);
+            s.prefetch = Prefetch{};
+            return session_take_draft(self, std::move(o), k);
+        }
+        s.awaiting_prefetch = true;
+        s.prefetch_k = k;
+        return;
+    }
+    session_send_draft(self, k, false);
+}
+
+void session_acquire(session_ptr self) {
+    auto& s = self->state;
+    kv_acquire a;
+    a.request = s.request;
+    a.target_positions = s.core->max_positions();
+    // In one process the KV manager also admits the draft's blocks; a draft
+    // node skips a request whose blocks it lacks (no draft that step).
+    a.draft_positions = (s.core->speculative() && !s.rt->clustered && s.rt->draft) ? s.core->max_positions() : 0;
+    const uint64_t epoch = s.verify_epoch;
+    ask(self, s.place->kv, a,
+        [self, epoch](kv_grant& g) {
+            auto& s = self->state;
+            if (s.ended || epoch != s.verify_epoch) return;
+            if (!g.ok) return session_fail(self, "overloaded", g.error);
+            s.kv_held = true;
+            session_run_job(self, s.core->prefill_job(s.request, 0));
+        },
+        [self, epoch](caf::error& e) {
+            auto& s = self->state;
+            if (s.ended || epoch != s.verify_epoch) return;
+            if (s.rt->clustered) return session_target_lost(self, self->system().render(e));
+            session_fail(self, "internal", "the KV cache manager failed: " + self->system().render(e));
+        });
 }
 
 void session_start(session_ptr self, generate_request& req) {
@@ -571,20 +994,19 @@ void session_start(session_ptr self, generate_request& req) {
     }
     if (req.timeout_ms > 0) self->delayed_send(self, std::chrono::milliseconds(req.timeout_ms), timeout_atom::value);
 
-    kv_acquire a;
-    a.request = s.request;
-    a.target_positions = s.core->max_positions();
-    a.draft_positions = (s.core->speculative() && rt.draft) ? s.core->max_positions() : 0;
-    self->request(rt.kv, caf::infinite, a)
-        .then(
-            [self](kv_grant& g) {
-                auto& s = self->state;
-                if (s.ended) return;
-                if (!g.ok) return session_fail(self, "overloaded", g.error);
-                s.kv_held = true;
-                session_run_job(self, s.core->prefill_job(s.request, 0));
-            },
-            [self](caf::error& e) { session_fail(self, "internal", "the KV cache manager failed: " + self->system().render(e)); });
+    s.pipelined = rt.pipeline;
+    if (!place_target(*s.rt, *s.place, -1))
+        return session_fail(self, "unavailable", "no target node is reachable (" + rt.config.target_nodes + "); retry later");
+    if (s.core->speculative()) place_draft(*s.rt, *s.place);
+    if (rt.clustered) {
+        // A node that dies sends a down message at once (TCP reset); one
+        // that is cut off is caught by the request timeouts.
+        self->monitor(s.place->verifier);
+        if (s.place->drafter) self->monitor(s.place->drafter);
+        log::debug("request placed", {{"request", s.id}, {"target", s.place->target_address}, {"draft", s.place->draft_address}});
+    }
+    if (s.core->speculative() && !s.place->drafter) s.core->disable_speculation();
+    session_acquire(self);
 }
 
 session_actor::behavior_type session_fun(session_ptr self, std::shared_ptr<RuntimeShared> rt, generate_request req,
@@ -595,6 +1017,25 @@ session_actor::behavior_type session_fun(session_ptr self, std::shared_ptr<Runti
     s.id = req.id;
     s.request = request;
     s.t_submit = now_ms();
+    // Whatever ends the session frees its KV blocks (the KV manager also
+    // closes the verifier's sequence, and in one process the draft's) and,
+    // on nodes, the draft node's sequence.
+    std::weak_ptr<RuntimeShared> weak = rt;
+    self->attach_functor([weak, place = s.place, request]() {
+        if (place->kv) caf::anon_send(place->kv, release_atom::value, request);
+        if (place->remote && place->drafter) caf::anon_send(place->drafter, close_atom::value, request);
+        if (auto shared = weak.lock()) {
+            unplace_target(*shared, *place);
+            unplace_draft(*shared, *place);
+        }
+    });
+    self->set_down_handler([self](caf::down_msg& dm) {
+        auto& s = self->state;
+        if (s.ended) return;
+        const std::string why = "node down: " + self->system().render(dm.reason);
+        if (s.place->verifier && dm.source == s.place->verifier.address()) session_target_lost(self, why);
+        else if (s.place->drafter && dm.source == s.place->drafter.address()) session_draft_lost(self, why);
+    });
     try {
         session_start(self, req);
     } catch (const std::exception& e) {
@@ -630,6 +1071,211 @@ caf::behavior callback_sink(caf::event_based_actor* self, RuntimeCallbacks cb) {
     };
 }
 
+// -------------------------------------------------------- cluster ---
+// The gateway's membership and health checks. Each tick it connects to the
+// nodes that are down (a restarted node rejoins this way), and asks the up
+// ones for a health answer within node_timeout_ms (a target's KV stats,
+// which also feed placement). A node is down on a down message of any of
+// its actors (CAF sees the connection close), a failed check, or an
+// unanswered one (cut off).
+
+struct cluster_state {
+    static inline const char* name = "specd.cluster";
+};
+using cluster_ptr = cluster_actor::stateful_pointer<cluster_state>;
+
+template <class Replica>
+void mark_down(Replica& r, const std::string& role, const std::string& why) {
+    if (r.up) log::warn("node down", {{"node", r.address}, {"role", role}, {"error", why}});
+    r.up = false;
+    r.last_error = why;
+}
+
+void cluster_connect(cluster_ptr self, const std::shared_ptr<RuntimeShared>& rt, bool target, size_t index) {
+    NodeAddress where;
+    {
+        std::lock_guard<std::mutex> lock(rt->mu);
+        if (target) {
+            auto& r = rt->targets[index];
+            if (r.up || r.connecting) return;
+            r.connecting = true;
+            where = r.address_parts;
+        } else {
+            auto& r = rt->drafts[index];
+            if (r.up || r.connecting) return;
+            r.connecting = true;
+            where = r.address_parts;
+        }
+    }
+    const auto timeout = std::chrono::milliseconds(rt->config.node_timeout_ms);
+    auto failed = [rt, target, index](const std::string& why) {
+        std::lock_guard<std::mutex> lock(rt->mu);
+        if (target) {
+            auto& r = rt->targets[index];
+            r.connecting = false;
+            if (r.last_error != why) log::debug("node unreachable", {{"node", r.address}, {"error", why}});
+            mark_down(r, "target", why);
+        } else {
+            auto& r = rt->drafts[index];
+            r.connecting = false;
+            mark_down(r, "draft", why);
+        }
+    };
+    auto mm = self->system().middleman().actor_handle();
+    self->request(mm, timeout, caf::connect_atom::value, where.host, where.port)
+        .then(
+            [self, rt, target, index, failed, timeout](const caf::node_id&, caf::strong_actor_ptr& ptr, const std::set<std::string>&) {
+                if (!ptr) return failed("no actor is published there");
+                auto node = caf::actor_cast<node_actor>(ptr);
+                self->request(node, timeout, hello_atom::value)
+                    .then(
+                        [self, rt, target, index, failed, node](node_hello& h) {
+                            const std::string want = target ? "target" : "draft";
+                            if (h.role != want) return failed("it is a " + h.role + " node, listed as a " + want + " node");
+                            const int32_t n_vocab = rt->target->tokenizer().n_vocab();
+                            if (h.n_vocab != n_vocab)
+                                return failed("its model " + h.model + " has " + std::to_string(h.n_vocab) + " tokens; the gateway's has " +
+                                              std::to_string(n_vocab));
+                            if (target && (!h.verifier || !h.kv)) return failed("it sent no verifier / KV manager");
+                            if (!target && !h.drafter) return failed("it sent no draft actor");
+                            std::lock_guard<std::mutex> lock(rt->mu);
+                            if (target) {
+                                auto& r = rt->targets[index];
+                                r.node = node;
+                                r.verifier = caf::actor_cast<verifier_actor>(h.verifier);
+                                r.kv = caf::actor_cast<kv_manager_actor>(h.kv);
+                                r.connecting = false;
+                                r.up = true;
+                                r.last_error.clear();
+                                ++r.joins;
+                                self->monitor(r.verifier);
+                                self->monitor(r.kv);
+                                log::info("node up", {{"node", r.address}, {"role", "target"}, {"model", h.model}, {"n_ctx", h.n_ctx}});
+                            } else {
+                                auto& r = rt->drafts[index];
+                                r.node = node;
+                                r.drafter = caf::actor_cast<draft_actor>(h.drafter);
+                                r.connecting = false;
+                                r.up = true;
+                                r.last_error.clear();
+                                ++r.joins;
+                                self->monitor(r.drafter);
+                                log::info("node up", {{"node", r.address}, {"role", "draft"}, {"model", h.model}});
+                            }
+                            self->monitor(node);
+                        },
+                        [self, failed](caf::error& e) { failed("no answer to hello: " + self->system().render(e)); });
+            },
+            [self, failed](caf::error& e) { failed(self->system().render(e)); });
+}
+
+void cluster_check(cluster_ptr self, const std::shared_ptr<RuntimeShared>& rt) {
+    const auto timeout = std::chrono::milliseconds(rt->config.node_timeout_ms);
+    std::vector<std::pair<size_t, kv_manager_actor>> targets;
+    std::vector<std::pair<size_t, node_actor>> drafts;
+    size_t n_targets = 0, n_drafts = 0;
+    {
+        std::lock_guard<std::mutex> lock(rt->mu);
+        n_targets = rt->targets.size();
+        n_drafts = rt->drafts.size();
+        for (size_t i = 0; i < n_targets; ++i)
+            if (rt->targets[i].up) targets.emplace_back(i, rt->targets[i].kv);
+        for (size_t i = 0; i < n_drafts; ++i)
+            if (rt->drafts[i].up) drafts.emplace_back(i, rt->drafts[i].node);
+    }
+    for (size_t i = 0; i < n_targets; ++i) cluster_connect(self, rt, true, i);
+    for (size_t i = 0; i < n_drafts; ++i) cluster_connect(self, rt, false, i);
+    for (auto& [i, kv] : targets) {
+        self->request(kv, timeout, stats_atom::value)
+            .then(
+                [rt, i = i](runtime_stats& st) {
+                    std::lock_guard<std::mutex> lock(rt->mu);
+                    auto& r = rt->targets[i];
+                    r.kv_free = st.kv_target_free;
+                    r.kv_blocks = st.kv_target_blocks;
+                    r.waiting = st.waiting;
+                },
+                [self, rt, i = i](caf::error& e) {
+                    std::lock_guard<std::mutex> lock(rt->mu);
+                    mark_down(rt->targets[i], "target", "health check: " + self->system().render(e));
+                });
+    }
+    for (auto& [i, node] : drafts) {
+        self->request(node, timeout, hello_atom::value)
+            .then([](node_hello&) {},
+                  [self, rt, i = i](caf::error& e) {
+                      std::lock_guard<std::mutex> lock(rt->mu);
+                      mark_down(rt->drafts[i], "draft", "health check: " + self->system().render(e));
+                  });
+    }
+}
+
+void cluster_add(const std::shared_ptr<RuntimeShared>& rt, bool target, const NodeAddress& a) {
+    std::lock_guard<std::mutex> lock(rt->mu);
+    if (target) {
+        for (auto& r : rt->targets)
+            if (r.address == a.text()) return;
+        TargetReplica r;
+        r.address_parts = a;
+        r.address = a.text();
+        r.last_error = "not connected yet";
+        rt->targets.push_back(std::move(r));
+    } else {
+        for (auto& r : rt->drafts)
+            if (r.address == a.text()) return;
+        DraftReplica r;
+        r.address_parts = a;
+        r.address = a.text();
+        r.last_error = "not connected yet";
+        rt->drafts.push_back(std::move(r));
+    }
+}
+
+cluster_actor::behavior_type cluster_fun(cluster_ptr self, std::shared_ptr<RuntimeShared> rt) {
+    self->set_down_handler([self, rt](caf::down_msg& dm) {
+        const std::string why = "connection lost: " + self->system().render(dm.reason);
+        std::lock_guard<std::mutex> lock(rt->mu);
+        for (auto& r : rt->targets)
+            if (r.up && (dm.source == r.verifier.address() || dm.source == r.kv.address() || dm.source == r.node.address()))
+                mark_down(r, "target", why);
+        for (auto& r : rt->drafts)
+            if (r.up && (dm.source == r.drafter.address() || dm.source == r.node.address())) mark_down(r, "draft", why);
+    });
+    self->send(self, tick_atom::value);
+    return {
+        [self, rt](tick_atom) {
+            if (rt->stopping) return;
+            cluster_check(self, rt);
+            self->delayed_send(self, std::chrono::milliseconds(rt->config.health_interval_ms), tick_atom::value);
+        },
+        [self, rt](join_atom, const std::string& role, const std::string& host, uint16_t port) {
+            if (role != "target" && role != "draft") return;
+            log::info("node asks to join", {{"node", host + ":" + std::to_string(port)}, {"role", role}});
+            cluster_add(rt, role == "target", NodeAddress{host, port});
+            cluster_check(self, rt);
+        },
+    };
+}
+
+// ----------------------------------------------------------- node ---
+
+node_actor::behavior_type node_fun(node_actor::pointer, std::shared_ptr<RuntimeShared> rt) {
+    return {
+        [rt](hello_atom) -> node_hello {
+            node_hello h;
+            h.role = rt->node_role;
+            h.model = rt->config.effective_model_name();
+            const LlamaModel& m = rt->target ? *rt->target : *rt->draft;
+            h.n_vocab = m.tokenizer().n_vocab();
+            h.n_ctx = rt->n_ctx;
+            if (auto v = rt->current_verifier()) h.verifier = caf::actor_cast<caf::actor>(v);
+            if (rt->kv) h.kv = caf::actor_cast<caf::actor>(rt->kv);
+            if (auto d = rt->current_drafter()) h.drafter = caf::actor_cast<caf::actor>(d);
+            return h;
+        },
+    };
+}
+
 void spawn_verifier(const std::shared_ptr<RuntimeShared>& rt);
 
 // A verifier that dies of a failure is replaced; sessions that were
@@ -659,7 +1305,37 @@ void spawn_verifier(const std::shared_ptr<RuntimeShared>& rt) {
 
 Runtime::Runtime(std::shared_ptr<RuntimeShared> shared) : shared_(std::move(shared)) {}
 
-std::unique_ptr<Runtime> Runtime::create(caf::actor_system& system, const RuntimeConfig& config) {
+namespace {
+// Stops whichever of the runtime's long-lived actors this process has.
+void stop_actors(RuntimeShared& rt, caf::scoped_actor& self) {
+    std::vector<caf::actor> all;
+    if (auto v = rt.current_verifier()) all.push_back(caf::actor_cast<caf::actor>(v));
+    if (auto d = rt.current_drafter()) all.push_back(caf::actor_cast<caf::actor>(d));
+    if (rt.kv) all.push_back(caf::actor_cast<caf::actor>(rt.kv));
+    if (rt.cluster) {
+        if (rt.cluster_port != 0) (void)rt.system->middleman().unpublish(rt.cluster, rt.cluster_port);
+        all.push_back(caf::actor_cast<caf::actor>(rt.cluster));
+    }
+    for (auto& a : all) {
+        self->monitor(a);
+        self->send_exit(a, caf::exit_reason::user_shutdown);
+    }
+    size_t left = all.size();
+    bool timed_out = false;
+    while (left > 0 && !timed_out)
+        self->receive([&](caf::down_msg&) { --left; }, caf::after(std::chrono::seconds(10)) >> [&] { timed_out = true; });
+}
+}  // namespace
+
+namespace {
+
+// What a process runs: everything (one process), a gateway (sessions only;
+// it loads the target file for its tokenizer), or one node role.
+enum class Build { local, gateway, target_node, draft_node };
+
+// Loads the models this build needs and sizes their thread pools and KV
+// pools; spawns nothing.
+std::shared_ptr<RuntimeShared> build_shared(caf::actor_system& system, const RuntimeConfig& config, Build build) {
     config.validate();
     auto rt = std::make_shared<RuntimeShared>();
     rt->config = config;
@@ -669,8 +1345,12 @@ std::unique_ptr<Runtime> Runtime::create(caf::actor_system& system, const Runtim
     rt->spec_adaptive = config.adaptive;
     // Structure (a truncated download fails here) and, when known, the hash.
     verify_model_file(config.target_model, config.target_sha256);
-    rt->target = LlamaModel::load(config.target_model);
-    if (!config.draft_model.empty()) {
+    if (build == Build::draft_node) {
+        rt->draft = LlamaModel::load(config.target_model);  // a draft node serves its -m as the draft
+    } else {
+        rt->target = LlamaModel::load(config.target_model);
+    }
+    if (build == Build::local && !config.draft_model.empty()) {
         try {
             verify_model_file(config.draft_model, config.draft_sha256);
             rt->draft = LlamaModel::load(config.draft_model);
@@ -683,42 +1363,98 @@ std::unique_ptr<Runtime> Runtime::create(caf::actor_system& system, const Runtim
             rt->spec_enabled = false;
         }
     }
-    const int32_t n_ctx_train = rt->target->hparams().n_ctx_train;
+    const LlamaModel& primary = rt->target ? *rt->target : *rt->draft;
+    const int32_t n_ctx_train = primary.hparams().n_ctx_train;
     rt->n_ctx = config.n_ctx > 0 ? std::min(config.n_ctx, n_ctx_train) : n_ctx_train;
+    if (build == Build::gateway) return rt;  // no compute here
+
     const int threads = config.threads_target > 0 ? config.threads_target : ThreadPool::hardware_threads();
-    rt->target_pool = std::make_unique<ThreadPool>(threads);
+    if (rt->target) rt->target_pool = std::make_unique<ThreadPool>(threads);
     // The draft gets its own pool, so its phase of some sessions overlaps
     // the verify phase of others; by default as wide as the target's (when
     // the phases don't overlap, each gets every core).
     if (rt->draft) rt->draft_pool = std::make_unique<ThreadPool>(config.threads_draft > 0 ? config.threads_draft : threads);
-    rt->backends = BackendFactory::create(config, *rt->target, rt->draft.get(), *rt->target_pool, rt->draft_pool.get());
+    rt->backends = BackendFactory::create(config, rt->target.get(), rt->draft.get(), rt->target_pool.get(), rt->draft_pool.get());
 
     // KV pools: KV_CACHE_RATIO of the budget, split between target and
     // draft by their bytes per block (both get the same block count), and
     // no more than max_sequences full contexts.
     {
-        rt->target_shape = ForwardBackend::kv_shape_for(*rt->target, rt->n_ctx, config.max_sequences);
-        size_t block_bytes = rt->backends->kv_block_bytes(rt->target_shape);
+        size_t block_bytes = 0;
+        int32_t shape_blocks = 0, block_size = 1;
+        if (rt->target) {
+            rt->target_shape = ForwardBackend::kv_shape_for(*rt->target, rt->n_ctx, config.max_sequences);
+            block_bytes += rt->backends->kv_block_bytes(rt->target_shape);
+            shape_blocks = rt->target_shape.n_blocks;
+            block_size = rt->target_shape.block_size;
+        }
         if (rt->draft) {
             rt->draft_shape = ForwardBackend::kv_shape_for(*rt->draft, rt->n_ctx, config.max_sequences);
             block_bytes += rt->backends->kv_block_bytes(rt->draft_shape);
+            if (!rt->target) {
+                shape_blocks = rt->draft_shape.n_blocks;
+                block_size = rt->draft_shape.block_size;
+            }
         }
         const int64_t budget = config.memory_budget_bytes > 0 ? config.memory_budget_bytes : rt->backends->kv_memory_bytes(available_ram_bytes());
         const int64_t kv_bytes = static_cast<int64_t>(config.kv_cache_ratio * static_cast<double>(budget));
         const int64_t affordable = kv_bytes / static_cast<int64_t>(block_bytes);
-        const int32_t per_seq = (rt->n_ctx + rt->target_shape.block_size - 1) / rt->target_shape.block_size;
+        const int32_t per_seq = (rt->n_ctx + block_size - 1) / block_size;
         if (affordable < per_seq)
             throw Error("KV cache budget too small: " + std::to_string(kv_bytes) + " bytes (KV_CACHE_RATIO " +
                         std::to_string(config.kv_cache_ratio) + " of " + std::to_string(budget) + ") hold " +
                         std::to_string(affordable) + " blocks; one context needs " + std::to_string(per_seq));
-        const int32_t n_blocks = static_cast<int32_t>(std::min<int64_t>(affordable, rt->target_shape.n_blocks));
-        rt->target_shape.n_blocks = n_blocks;
+        const int32_t n_blocks = static_cast<int32_t>(std::min<int64_t>(affordable, shape_blocks));
+        if (rt->target) rt->target_shape.n_blocks = n_blocks;
         if (rt->draft) rt->draft_shape.n_blocks = n_blocks;
     }
+    return rt;
+}
 
-    spawn_verifier(rt);
-    rt->drafter = system.spawn<caf::detached>(draft_fun, rt);
-    rt->kv = system.spawn(kv_fun, rt);
+}  // namespace
+
+std::unique_ptr<Runtime> Runtime::create(caf::actor_system& system, const RuntimeConfig& config) {
+    const bool clustered = !parse_node_list(config.target_nodes, "target_nodes").empty();
+    if (clustered && !system.has_middleman())
+        throw Error("a multi-node gateway needs CAF's network layer: call specd::configure_network(cfg) before creating the actor system");
+    auto rt = build_shared(system, config, clustered ? Build::gateway : Build::local);
+    const bool draft_nodes = !parse_node_list(config.draft_nodes, "draft_nodes").empty();
+    rt->pipeline = config.pipeline_drafts == "on" || (config.pipeline_drafts == "auto" && clustered && draft_nodes);
+    if (!clustered) {
+        spawn_verifier(rt);
+        rt->drafter = system.spawn<caf::detached>(draft_fun, rt);
+        rt->kv = system.spawn(kv_fun, rt);
+        return std::unique_ptr<Runtime>(new Runtime(rt));
+    }
+    rt->clustered = true;
+    // Nodes key sequences by request id, and several gateways may share
+    // them: each gateway numbers its requests from a random 32-bit prefix.
+    rt->next_request = (static_cast<uint64_t>(std::random_device{}()) << 32) | 1u;
+    for (const NodeAddress& a : parse_node_list(config.target_nodes, "target_nodes")) cluster_add(rt, true, a);
+    for (const NodeAddress& a : parse_node_list(config.draft_nodes, "draft_nodes")) cluster_add(rt, false, a);
+    rt->cluster = system.spawn(cluster_fun, rt);
+    if (config.cluster_port >= 0) {
+        auto port = system.middleman().publish(rt->cluster, static_cast<uint16_t>(config.cluster_port), config.host.c_str(), true);
+        if (!port) {
+            caf::anon_send_exit(rt->cluster, caf::exit_reason::user_shutdown);
+            throw Error("cannot open the cluster port " + config.host + ":" + std::to_string(config.cluster_port) + ": " +
+                        system.render(port.error()));
+        }
+        rt->cluster_port = *port;
+    }
+    // Give the listed nodes one health interval (at least 2 s) to connect,
+    // so the first requests find them.
+    const double deadline = now_ms() + std::max(2000, config.health_interval_ms);
+    while (now_ms() < deadline) {
+        bool all = true;
+        {
+            std::lock_guard<std::mutex> lock(rt->mu);
+            for (auto& r : rt->targets) all = all && (r.up || (!r.connecting && r.last_error != "not connected yet"));
+            for (auto& r : rt->drafts) all = all && (r.up || (!r.connecting && r.last_error != "not connected yet"));
+        }
+        if (all) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
     return std::unique_ptr<Runtime>(new Runtime(rt));
 }
 
@@ -734,9 +1470,7 @@ session_actor Runtime::submit(generate_request request, caf::actor sink) {
         std::lock_guard<std::mutex> lock(shared_->mu);
         shared_->sessions.insert(ptr);
     }
-    kv_manager_actor kv = shared_->kv;
-    session->attach_functor([weak, ptr, kv, key]() {
-        caf::anon_send(kv, release_atom::value, key);  // a no-op when the session already released
+    session->attach_functor([weak, ptr]() {
         if (auto rt = weak.lock()) {
             --rt->active;
             std::lock_guard<std::mutex> lock(rt->mu);
@@ -782,8 +1516,20 @@ void Runtime::cancel(const session_actor& session) {
 }
 
 runtime_stats Runtime::stats() {
-    caf::scoped_actor self{*shared_->system};
     runtime_stats out;
+    if (shared_->clustered) {
+        // The targets' figures from their last health check, summed.
+        std::lock_guard<std::mutex> lock(shared_->mu);
+        for (const auto& r : shared_->targets) {
+            if (!r.up) continue;
+            out.kv_target_blocks += r.kv_blocks;
+            out.kv_target_free += r.kv_free;
+            out.running += r.sessions;
+            out.waiting += r.waiting;
+        }
+        return out;
+    }
+    caf::scoped_actor self{*shared_->system};
     self->request(shared_->kv, std::chrono::seconds(10), stats_atom::value)
         .receive([&](runtime_stats& s) { out = s; }, [&](caf::error&) {});
     return out;
@@ -797,7 +1543,22 @@ std::string Runtime::chat_template_text() const {
     return shared_->target->file().get_string_opt("tokenizer.chat_template").value_or("");
 }
 int32_t Runtime::n_ctx() const { return shared_->n_ctx; }
-bool Runtime::has_draft_model() const { return shared_->draft != nullptr; }
+bool Runtime::has_draft_model() const {
+    std::lock_guard<std::mutex> lock(shared_->mu);
+    return shared_->draft != nullptr || !shared_->drafts.empty();
+}
+
+std::vector<NodeStatus> Runtime::cluster() const {
+    std::vector<NodeStatus> out;
+    std::lock_guard<std::mutex> lock(shared_->mu);
+    for (const auto& r : shared_->targets)
+        out.push_back(NodeStatus{r.address, "target", r.up, r.sessions, r.served, r.kv_free, r.kv_blocks, r.waiting, r.joins, r.last_error});
+    for (const auto& r : shared_->drafts)
+        out.push_back(NodeStatus{r.address, "draft", r.up, r.sessions, r.served, 0, 0, 0, r.joins, r.last_error});
+    return out;
+}
+
+uint16_t Runtime::cluster_port() const { return shared_->cluster_port; }
 verifier_actor Runtime::verifier() const { return shared_->current_verifier(); }
 draft_actor Runtime::drafter() const { return shared_->current_drafter(); }
 int32_t Runtime::verifier_restarts() const { return shared_->verifier_restarts; }
@@ -837,25 +1598,74 @@ void Runtime::shutdown() {
                       caf::after(std::chrono::seconds(5)) >> [&] { timed_out = true; });
         if (timed_out) break;
     }
-    verifier_actor v = shared_->current_verifier();
-    draft_actor d = shared_->current_drafter();
-    kv_manager_actor kv = shared_->kv;
-    self->send_exit(kv, caf::exit_reason::user_shutdown);
-    self->send_exit(v, caf::exit_reason::user_shutdown);
-    self->send_exit(d, caf::exit_reason::user_shutdown);
-    self->wait_for(kv, v, d);
+    stop_actors(*shared_, self);
 }
 
 StandaloneRuntime::StandaloneRuntime(const RuntimeConfig& config) {
     cfg_ = std::make_unique<caf::actor_system_config>();
     register_types(*cfg_);
     configure_low_latency(*cfg_);
+    if (!config.target_nodes.empty()) configure_network(*cfg_);
     system_ = std::make_unique<caf::actor_system>(*cfg_);
     runtime_ = Runtime::create(*system_, config);
 }
 
 StandaloneRuntime::~StandaloneRuntime() {
     runtime_.reset();
+}
+
+}  // namespace specd
+
+// ------------------------------------------------------------- Node ---
+
+namespace specd {
+
+std::unique_ptr<Node> Node::start(caf::actor_system& system, const RuntimeConfig& config, NodeRole role, const std::string& host,
+                                  uint16_t port) {
+    if (!system.has_middleman())
+        throw Error("a node needs CAF's network layer: call specd::configure_network(cfg) before creating the actor system");
+    auto rt = build_shared(system, config, role == NodeRole::target ? Build::target_node : Build::draft_node);
+    rt->node_role = role == NodeRole::target ? "target" : "draft";
+    if (role == NodeRole::target) {
+        spawn_verifier(rt);
+        rt->kv = system.spawn(kv_fun, rt);
+    } else {
+        rt->drafter = system.spawn<caf::detached>(draft_fun, rt);
+    }
+    std::unique_ptr<Node> node(new Node());
+    node->shared_ = rt;
+    node->system_ = &system;
+    node->host_ = host;
+    node->role_ = role;
+    node->node_ = caf::actor_cast<caf::actor>(system.spawn(node_fun, rt));
+    auto bound = system.middleman().publish(node->node_, port, host.c_str(), true);
+    if (!bound) {
+        const std::string why = system.render(bound.error());
+        node->stop();
+        throw Error("cannot listen on " + host + ":" + std::to_string(port) + ": " + why);
+    }
+    node->port_ = *bound;
+    return node;
+}
+
+Node::~Node() { stop(); }
+
+void Node::join(const std::string& gateway_host, uint16_t gateway_port, const std::string& advertised_host) {
+    auto gateway = system_->middleman().remote_actor<cluster_actor>(gateway_host, gateway_port);
+    if (!gateway)
+        throw Error("cannot reach the gateway's cluster port " + gateway_host + ":" + std::to_string(gateway_port) + ": " +
+                    system_->render(gateway.error()));
+    caf::anon_send(*gateway, join_atom::value, shared_->node_role, advertised_host, port_);
+}
+
+void Node::stop() {
+    if (stopped_) return;
+    stopped_ = true;
+    shared_->stopping = true;
+    if (port_ != 0) (void)system_->middleman().unpublish(node_, port_);
+    caf::scoped_actor self{*system_};
+    self->send_exit(node_, caf::exit_reason::user_shutdown);
+    stop_actors(*shared_, self);
 }
 
 }  // namespace specd

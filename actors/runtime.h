@@ -33,6 +33,10 @@ class Tokenizer;
 // the actor_system.
 void register_types(caf::actor_system_config& cfg);
 
+// Loads CAF's network layer (io::middleman); needed before creating a
+// system that runs a multi-node gateway (config.target_nodes) or a Node.
+void configure_network(caf::actor_system_config& cfg);
+
 // Recommended scheduler settings for a host system: CAF's default
 // work-stealing workers back off to 10 ms sleeps when idle, which puts up to
 // 10 ms on every hop of a token's propose → verify → emit cycle; the
@@ -65,8 +69,27 @@ struct SpeculationSettings {
 
 struct RuntimeShared;  // internal
 
+// One target or draft node as the gateway sees it (Runtime::cluster()).
+struct NodeStatus {
+    std::string address;               // host:port as listed or joined
+    std::string role;                  // "target" or "draft"
+    bool up = false;                   // connected and answering health checks
+    int32_t sessions = 0;              // requests this gateway runs on it now
+    int64_t served = 0;                // requests placed on it so far
+    int32_t kv_free = 0;               // target: free KV blocks at the last health check
+    int32_t kv_blocks = 0;
+    int32_t waiting = 0;               // target: requests queued for KV blocks there
+    int32_t joins = 0;                 // times it (re)joined
+    std::string last_error;            // why it is down ("" when up)
+};
+
 class Runtime {
 public:
+    // With config.target_nodes the runtime is a gateway: it loads only the
+    // target's tokenizer and metadata (config.target_model) and runs each
+    // request's session here against remote verifier / KV-manager / draft
+    // actors of `specd node` processes (the system needs configure_network).
+    //
     // Checks and loads the models named by `config` and spawns the
     // runtime's actors in `system`. specd::Error on a bad config or target
     // file (truncated, sha256 mismatch: see engine/model_integrity.h). A
@@ -102,6 +125,10 @@ public:
     // The verifier's current handle (it is restarted after a failure).
     verifier_actor verifier() const;
     draft_actor drafter() const;
+    // Gateway: the nodes and their state (empty in one process).
+    std::vector<NodeStatus> cluster() const;
+    // Gateway: the CAF port nodes --join (0 when none).
+    uint16_t cluster_port() const;
     // How many times the verifier was restarted.
     int32_t verifier_restarts() const;
 

@@ -145,6 +145,25 @@ const std::vector<Entry>& entries() {
              .help = "seconds running generations may finish after SIGTERM before they are cancelled", .kind = Kind::integer, .min = 0,
              .max = 3600},
             &RuntimeConfig::drain_timeout_s);
+        add({.key = "target_nodes", .env = "SPECD_TARGET_NODES", .flag = "--target-nodes",
+             .help = "gateway: host:port,... of `specd node --role target` processes (empty: the target runs here)", .kind = Kind::text},
+            &RuntimeConfig::target_nodes);
+        add({.key = "draft_nodes", .env = "SPECD_DRAFT_NODES", .flag = "--draft-nodes",
+             .help = "gateway: host:port,... of `specd node --role draft` processes", .kind = Kind::text},
+            &RuntimeConfig::draft_nodes);
+        add({.key = "cluster_port", .env = "SPECD_CLUSTER_PORT", .flag = "--cluster-port",
+             .help = "gateway: CAF port where nodes --join (-1: none, 0: any)", .kind = Kind::integer, .min = -1, .max = 65535},
+            &RuntimeConfig::cluster_port);
+        add({.key = "node_timeout_ms", .env = "SPECD_NODE_TIMEOUT_MS", .flag = "--node-timeout",
+             .help = "ms a node may take to answer before it counts as down", .kind = Kind::integer, .min = 50, .max = 600000},
+            &RuntimeConfig::node_timeout_ms);
+        add({.key = "health_interval_ms", .env = "SPECD_HEALTH_INTERVAL_MS", .flag = "--health-interval",
+             .help = "ms between the gateway's node health checks and reconnects", .kind = Kind::integer, .min = 10, .max = 600000},
+            &RuntimeConfig::health_interval_ms);
+        add({.key = "pipeline_drafts", .env = "SPECD_PIPELINE_DRAFTS", .flag = "--pipeline-drafts",
+             .help = "draft step t+1 while step t verifies (auto: with draft nodes)", .kind = Kind::choice,
+             .choices = {"auto", "on", "off"}},
+            &RuntimeConfig::pipeline_drafts);
         add({.key = "log_level", .env = "SPECD_LOG_LEVEL", .flag = "--log-level", .help = "log level", .kind = Kind::choice,
              .choices = {"trace", "debug", "info", "warn", "error", "off"}, .reloadable = true},
             &RuntimeConfig::log_level);
@@ -320,6 +339,36 @@ void RuntimeConfig::validate() const {
     }
     if (ngram_max < ngram_min)
         throw Error("config: ngram_max = " + std::to_string(ngram_max) + " must be >= ngram_min = " + std::to_string(ngram_min));
+    parse_node_list(target_nodes, "target_nodes");
+    if (!parse_node_list(draft_nodes, "draft_nodes").empty() && parse_node_list(target_nodes, "target_nodes").empty())
+        throw Error("config: draft_nodes needs target_nodes (a draft node serves a gateway, not a single-process runtime)");
+}
+
+std::vector<NodeAddress> parse_node_list(const std::string& list, const std::string& key) {
+    std::vector<NodeAddress> out;
+    std::string item;
+    auto finish = [&]() {
+        std::string t;
+        for (char c : item)
+            if (!std::isspace(static_cast<unsigned char>(c))) t += c;
+        item.clear();
+        if (t.empty()) return;
+        const size_t colon = t.rfind(':');
+        auto bad = [&](const char* why) { throw Error("config: " + key + ": \"" + t + "\" " + why + " (want host:port,host:port)"); };
+        if (colon == std::string::npos || colon == 0 || colon + 1 == t.size()) bad("is not host:port");
+        const std::string port = t.substr(colon + 1);
+        if (!std::all_of(port.begin(), port.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); }) || port.size() > 5)
+            bad("has a bad port");
+        const long p = std::strtol(port.c_str(), nullptr, 10);
+        if (p < 1 || p > 65535) bad("has a port outside 1..65535");
+        out.push_back(NodeAddress{t.substr(0, colon), static_cast<uint16_t>(p)});
+    };
+    for (char c : list) {
+        if (c == ',') finish();
+        else item += c;
+    }
+    finish();
+    return out;
 }
 
 std::string RuntimeConfig::effective_model_name() const {

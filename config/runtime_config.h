@@ -71,6 +71,20 @@ struct RuntimeConfig {
     int32_t read_timeout_s = 30;       // "read_timeout_s" / SPECD_READ_TIMEOUT: a request's header and body must arrive within this
     int32_t idle_timeout_s = 120;      // "idle_timeout_s" / SPECD_IDLE_TIMEOUT: an idle WebSocket is closed after this
     int32_t drain_timeout_s = 30;      // "drain_timeout_s" / SPECD_DRAIN_TIMEOUT: on SIGTERM, how long running generations may finish
+    // ---- multi-node (read by `specd serve` and `specd node`; see README "Multi-node")
+    std::string target_nodes;          // "target_nodes" / SPECD_TARGET_NODES: "host:port,..." of `specd node --role target`
+                                       //   processes; empty: the target runs in this process (the default)
+    std::string draft_nodes;           // "draft_nodes" / SPECD_DRAFT_NODES: "host:port,..." of draft nodes; only with target_nodes
+                                       //   (empty then: plain decoding)
+    int32_t cluster_port = -1;         // "cluster_port" / SPECD_CLUSTER_PORT: gateway: CAF port where nodes `--join`; -1: none
+                                       //   (0: any free port, printed at start)
+    int32_t node_timeout_ms = 5000;    // "node_timeout_ms" / SPECD_NODE_TIMEOUT_MS: a node that doesn't answer a request or a
+                                       //   health check within this is taken as down
+    int32_t health_interval_ms = 500;  // "health_interval_ms" / SPECD_HEALTH_INTERVAL_MS: how often the gateway checks its nodes
+                                       //   and retries the ones that are down (a restarted node rejoins within this)
+    std::string pipeline_drafts = "auto";  // "pipeline_drafts" / SPECD_PIPELINE_DRAFTS: draft step t+1 while step t verifies,
+                                       //   assuming full acceptance (discarded otherwise); auto: on with draft nodes, off in
+                                       //   one process (where draft and target share the cores); on; off
     // ---- observability
     std::string log_level = "info";    // "log_level" / SPECD_LOG_LEVEL: trace, debug, info, warn, error, off
     std::string log_format = "text";   // "log_format" / SPECD_LOG_FORMAT: text or json (one object per line)
@@ -82,6 +96,16 @@ struct RuntimeConfig {
     LoadPolicy load_policy() const { return LoadPolicy{verify_token_budget}; }
     std::string effective_model_name() const;
 };
+
+// A node's address in target_nodes / draft_nodes.
+struct NodeAddress {
+    std::string host;
+    uint16_t port = 0;
+    std::string text() const { return host + ":" + std::to_string(port); }
+};
+// Parses "host:port,host:port" (spaces ignored, empty: none); specd::Error
+// naming `key` and the bad entry.
+std::vector<NodeAddress> parse_node_list(const std::string& list, const std::string& key);
 
 // One configurable field.
 struct ConfigField {

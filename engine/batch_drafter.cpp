@@ -7,6 +7,34 @@
 
 namespace specd {
 
+ContextUpdate make_context_update(std::vector<int32_t>& sent, std::span<const int32_t> context) {
+    ContextUpdate u;
+    size_t common = 0;
+    const size_t limit = std::min(sent.size(), context.size());
+    while (common < limit && sent[common] == context[common]) ++common;
+    u.keep = static_cast<int32_t>(common);
+    u.tail.assign(context.begin() + static_cast<std::ptrdiff_t>(common), context.end());
+    sent.assign(context.begin(), context.end());
+    return u;
+}
+
+const std::vector<int32_t>* ContextMirror::apply(uint64_t request, int32_t keep, std::span<const int32_t> tail) {
+    if (keep < 0) return nullptr;
+    auto it = held_.find(request);
+    if (it == held_.end()) {
+        if (keep > 0) return nullptr;
+        it = held_.emplace(request, std::vector<int32_t>{}).first;
+    }
+    std::vector<int32_t>& ctx = it->second;
+    if (static_cast<size_t>(keep) > ctx.size()) {
+        held_.erase(it);
+        return nullptr;
+    }
+    ctx.resize(static_cast<size_t>(keep));
+    ctx.insert(ctx.end(), tail.begin(), tail.end());
+    return &ctx;
+}
+
 BatchDrafter::BatchDrafter(ForwardBackend* draft_fwd, PagedKvCache* draft_kv, int32_t ngram_min, int32_t ngram_max)
     : fwd_(draft_fwd), kv_(draft_kv), ngram_(ngram_min, ngram_max),
       sampler_(SamplingParams{}, draft_fwd ? draft_fwd->n_vocab() : 1) {

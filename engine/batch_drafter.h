@@ -36,6 +36,31 @@ struct DraftOutcome {
     int32_t batch_requests = 0;
 };
 
+// Incremental contexts (multi-node wire efficiency). A sender keeps what it
+// last sent for a request; an update says how many of those tokens still
+// hold (`keep`) and what follows them (`tail`).
+struct ContextUpdate {
+    int32_t keep = 0;                  // leading tokens of the previous context that still hold
+    std::vector<int32_t> tail;         // (context - keep) tokens after them
+};
+
+// Sender side: the update that turns `sent` into `context`; `sent` becomes `context`.
+ContextUpdate make_context_update(std::vector<int32_t>& sent, std::span<const int32_t> context);
+
+// Receiver side: each request's context as rebuilt from its updates.
+class ContextMirror {
+public:
+    // Applies an update and returns the request's whole context, or nullptr
+    // when the update can't apply (unknown request with keep > 0, or keep
+    // beyond what is held): the sender must send the context in full.
+    const std::vector<int32_t>* apply(uint64_t request, int32_t keep, std::span<const int32_t> tail);
+    void close(uint64_t request) { held_.erase(request); }
+    size_t size() const { return held_.size(); }
+
+private:
+    std::unordered_map<uint64_t, std::vector<int32_t>> held_;
+};
+
 class BatchDrafter {
 public:
     // With a draft model: `draft_fwd` runs it over `draft_kv` (one sequence

@@ -30,6 +30,7 @@ SessionCore::SessionCore(const Tokenizer& tokenizer, std::vector<int32_t> prompt
       load_(load),
       controller_(spec_),
       rng_(Rng(params.sampling.seed).state()),
+      draft_seed_(rng_.s[0] ^ (rng_.s[3] * 0x9E3779B97F4A7C15ull)),
       decoder_(tokenizer, DecodeAt::Continuation) {
     params_.sampling.validate();
     if (params_.max_tokens < 1) throw Error("max_tokens must be >= 1, got " + std::to_string(params_.max_tokens));
@@ -114,6 +115,10 @@ void SessionCore::on_draft(const DraftOutcome& o) {
     draft_ = o.draft;
     draft_ms_ = o.step_ms;
     if (static_cast<int32_t>(draft_.tokens.size()) < std::max(1, spec_.draft_min)) draft_.clear();
+}
+
+RngState SessionCore::draft_rng(uint64_t n) const {
+    return Rng(draft_seed_ ^ (0xD1B54A32D192ED03ull * (n + 1))).state();
 }
 
 void SessionCore::disable_speculation() {

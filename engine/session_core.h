@@ -60,6 +60,15 @@ public:
     VerifyJob verify_job(uint64_t request, uint64_t tag) const;
     void on_verify(const VerifyOutcome& outcome);
 
+    // The request's random state (the acceptance test's stream).
+    const RngState& rng_state() const { return rng_; }
+    // A draft random state for the `n`-th draft job, independent of the
+    // acceptance stream. Pipelined drafting (a draft asked for before the
+    // previous verdict) must not share uniforms with the verifier, or the
+    // output would no longer follow the target's distribution; a stream per
+    // job also makes discarding a draft free.
+    RngState draft_rng(uint64_t n) const;
+
     void cancel() { stop(StopReason::Cancelled); }
     bool finished() const { return finished_; }
     StopReason stop_reason() const { return stop_; }
@@ -95,6 +104,7 @@ private:
     LoadPolicy load_;
     DraftLengthController controller_;
     RngState rng_;
+    uint64_t draft_seed_ = 0;        // from the request's seed: the draft streams' base
     std::vector<int32_t> history_;   // prompt + output; the last is the pending token
     std::vector<int32_t> output_;
     Draft draft_;                    // the current step's draft

@@ -447,9 +447,27 @@ private:
         const bool post = req_.method() == http::verb::post;
         if (req_.method() == http::verb::options) return reply(204, "", "text/plain");
         if (p == "/health" && get) {
-            const bool ok = !server_->draining;
-            return reply(ok ? 200 : 503, json{{"status", ok ? "ok" : "draining"}, {"speculation", server_->runtime.speculation().enabled}}.dump(),
-                         "application/json");
+            bool ok = !server_->draining;
+            json body{{"status", ok ? "ok" : "draining"}, {"speculation", server_->runtime.speculation().enabled}};
+            // A gateway lists its nodes, and is unhealthy (503) with no
+            // target up, so a load balancer sends its traffic elsewhere.
+            const std::vector<NodeStatus> nodes = server_->runtime.cluster();
+            if (!nodes.empty()) {
+                bool any_target = false;
+                json list = json::array();
+                for (const NodeStatus& n : nodes) {
+                    any_target = any_target || (n.role == "target" && n.up);
+                    list.push_back(json{{"address", n.address}, {"role", n.role}, {"up", n.up}, {"sessions", n.sessions},
+                                        {"served", n.served}, {"kv_free", n.kv_free}, {"waiting", n.waiting}, {"joins", n.joins},
+                                        {"error", n.last_error}});
+                }
+                body["nodes"] = std::move(list);
+                if (ok && !any_target) {
+                    ok = false;
+                    body["status"] = "no_target_node";
+                }
+            }
+            return reply(ok ? 200 : 503, body.dump(), "application/json");
         }
         if (p.rfind("/admin/", 0) == 0) return admin(p, get, post);
         if (!server_->authorised(req_)) return reply_error(401, "invalid_api_key", "missing or wrong API key (Authorization: Bearer KEY)");
@@ -624,7 +642,8 @@ private:
     void on_error(const error_event& e) {
         generation_ = session_actor();
         if (client_gone_) return shutdown();
-        const int status = e.code == "unknown_model" ? 404 : e.code == "overloaded" ? 429 : e.code == "draining" ? 503
+        const int status = e.code == "unknown_model" ? 404 : e.code == "overloaded" ? 429
+                           : e.code == "draining" || e.code == "unavailable" ? 503
                            : e.code == "internal" ? 500 : e.code == "timeout" ? 504 : 400;
         if (stream_mode_) {
             queue_sse(error_body(ApiError{status, e.code, e.message, ""}));

@@ -5,7 +5,7 @@
 set -euo pipefail
 packages=(build-essential cmake ninja-build pkg-config catch2 libcli11-dev nlohmann-json3-dev
           libspdlog-dev libfmt-dev clang-14 libclang-rt-14-dev libcaf-dev libboost1.81-dev
-          nodejs npm ca-certificates curl chromium prometheus)
+          nodejs npm ca-certificates curl chromium prometheus iproute2)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

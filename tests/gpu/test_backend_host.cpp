@@ -286,7 +286,7 @@ TEST_CASE("backend factory: --device cpu gives CPU forward passes, cuda without 
     ThreadPool pool(1);
     RuntimeConfig config;
     config.device = "cpu";
-    auto factory = BackendFactory::create(config, *target, nullptr, pool, nullptr);
+    auto factory = BackendFactory::create(config, target.get(), nullptr, &pool, nullptr);
     CHECK(factory->name() == "cpu");
     auto fwd = factory->make_target(ForwardOptions{});
     CHECK(fwd->name() == "cpu");
@@ -295,7 +295,7 @@ TEST_CASE("backend factory: --device cpu gives CPU forward passes, cuda without 
     CHECK(factory->kv_memory_bytes(12345) == 12345);
     CHECK_THROWS_AS(factory->make_draft(ForwardOptions{}), Error);
     // The draft is made on the same backend when there is one.
-    auto with_draft = BackendFactory::create(config, *target, target.get(), pool, &pool);
+    auto with_draft = BackendFactory::create(config, target.get(), target.get(), &pool, &pool);
     CHECK(with_draft->make_draft(ForwardOptions{})->name() == "cpu");
 
 #ifdef SPECD_HAS_CUDA
@@ -305,9 +305,9 @@ TEST_CASE("backend factory: --device cpu gives CPU forward passes, cuda without 
 #endif
     if (!device_here) {
         config.device = "auto";
-        CHECK(BackendFactory::create(config, *target, nullptr, pool, nullptr)->name() == "cpu");
+        CHECK(BackendFactory::create(config, target.get(), nullptr, &pool, nullptr)->name() == "cpu");
         config.device = "cuda";
-        CHECK_THROWS_WITH(BackendFactory::create(config, *target, nullptr, pool, nullptr),
+        CHECK_THROWS_WITH(BackendFactory::create(config, target.get(), nullptr, &pool, nullptr),
                           Catch::Matchers::StartsWith("--device cuda: no CUDA device ("));
     }
 }

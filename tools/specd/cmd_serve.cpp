@@ -101,6 +101,12 @@ void run_serve(const ConfigFlags& flags) {
         std::fprintf(stderr, "specd: WARNING: draft model %s not loaded (%s): speculative decoding is OFF\n", rc.draft_model.c_str(),
                      rt.draft_load_error().c_str());
     }
+    if (!rc.target_nodes.empty()) {
+        for (const NodeStatus& n : rt.cluster())
+            std::printf("specd: %s node %s: %s\n", n.role.c_str(), n.address.c_str(), n.up ? "up" : ("down (" + n.last_error + ")").c_str());
+        if (rt.cluster_port() != 0) std::printf("specd: cluster port %s:%u (specd node --join)\n", rc.host.c_str(), rt.cluster_port());
+        std::fflush(stdout);
+    }
     net::Server server(rt, server_options(rc));
     const uint16_t port = server.start();
     std::signal(SIGINT, on_stop_signal);
@@ -108,7 +114,10 @@ void run_serve(const ConfigFlags& flags) {
     std::signal(SIGHUP, on_reload_signal);
     std::signal(SIGPIPE, SIG_IGN);
     const SpeculationSettings spec = rt.speculation();
-    const std::string drafter = rt.has_draft_model() ? rc.draft_model : "n-gram";
+    // A gateway drafts on its draft nodes (none: plain decoding); one process with its draft model or the n-gram lookup.
+    const std::string drafter = !rc.target_nodes.empty() ? (rc.draft_nodes.empty() ? "none (no draft nodes)" : "nodes " + rc.draft_nodes)
+                                : rt.has_draft_model() ? rc.draft_model
+                                                       : "n-gram";
     std::printf("specd: serving %s (speculative decoding %s, draft: %s) at http://%s:%u  (chat page /, WebSocket /v1/ws, OpenAI /v1)\n",
                 rt.model_name().c_str(), spec.enabled ? "on" : "off", drafter.c_str(), rc.host.c_str(), port);
     std::fflush(stdout);
