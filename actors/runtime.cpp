@@ -318,11 +318,12 @@ draft_actor::behavior_type draft_fun(draft_actor::stateful_pointer<draft_state> 
     return {
         [=](draft_msg& m) -> caf::typed_response_promise<draft_result> {
             auto& s = self->state;
-            auto rp = self->make_response_promise<draft_result>();
-            if (const auto& sender = self->current_sender(); sender && sender->node() != self->node()) {
+            // (Before make_response_promise, which takes the sender out of the message.)
+            if (const caf::strong_actor_ptr sender = self->current_sender(); sender && sender->node() != self->node()) {
                 auto [it, added] = s.remote_owners.emplace(caf::actor_cast<caf::actor_addr>(sender), m.request);
                 if (added) self->monitor(sender);
             }
+            auto rp = self->make_response_promise<draft_result>();
             const std::vector<int32_t>* context = s.contexts.apply(m.request, m.keep, m.tail);
             if (!context) {
                 draft_result r;
@@ -445,18 +446,20 @@ kv_manager_actor::behavior_type kv_fun(kv_manager_actor::stateful_pointer<kv_sta
         if (it == self->state.remote_owners.end()) return;
         const uint64_t request = it->second;
         self->state.remote_owners.erase(it);
+        log::warn("a remote session is gone; releasing its KV blocks", {{"request", request}, {"reason", self->system().render(dm.reason)}});
         kv_release(self, rt, request);
     });
     return {
         [=](kv_acquire& a) -> caf::typed_response_promise<kv_grant> {
             auto& s = self->state;
-            auto rp = self->make_response_promise<kv_grant>();
             // Local sessions release through their exit functor; a remote
-            // one may vanish with its gateway, so watch it.
-            if (const auto& sender = self->current_sender(); sender && sender->node() != self->node()) {
+            // one may vanish with its gateway, so watch it. (Before
+            // make_response_promise, which takes the sender out of the message.)
+            if (const caf::strong_actor_ptr sender = self->current_sender(); sender && sender->node() != self->node()) {
                 s.remote_owners[caf::actor_cast<caf::actor_addr>(sender)] = a.request;
                 self->monitor(sender);
             }
+            auto rp = self->make_response_promise<kv_grant>();
             std::string why;
             Admission ad;
             try {

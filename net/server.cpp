@@ -458,7 +458,7 @@ private:
                 for (const NodeStatus& n : nodes) {
                     any_target = any_target || (n.role == "target" && n.up);
                     list.push_back(json{{"address", n.address}, {"role", n.role}, {"up", n.up}, {"sessions", n.sessions},
-                                        {"served", n.served}, {"kv_free", n.kv_free}, {"waiting", n.waiting}, {"joins", n.joins},
+                                        {"served", n.served}, {"kv_free", n.kv_free}, {"kv_blocks", n.kv_blocks}, {"waiting", n.waiting}, {"joins", n.joins},
                                         {"error", n.last_error}});
                 }
                 body["nodes"] = std::move(list);

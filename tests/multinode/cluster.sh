@@ -121,7 +121,26 @@ for i in 1 2 3; do
         fail "a request after the target rejoined failed"
 done
 echo "ok: the restarted target (${addr[t1]}) rejoined and serves"
-# ---- 5. a node that joins by itself (--join the gateway's cluster port)
+# ---- 5. a gateway that dies mid-stream leaves no KV blocks behind on its target
+node_kv() {  # ADDRESS → "kv_free kv_blocks" of that node in the main gateway's /health
+    curl -s --max-time 5 "$url/health" | node -e 'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>{try{const n=JSON.parse(s).nodes.find(n=>n.address==process.argv[1]);process.stdout.write(n.kv_free+" "+n.kv_blocks)}catch(e){}})' "$1"
+}
+start_gateway gw2 --target-nodes "$t2" --health-interval 200
+curl -sN --max-time 120 "${addr[gw2]}/v1/completions" -d '{"prompt":"Once upon a time","max_tokens":200,"temperature":0,"stream":true,"speculative":{"enabled":false}}' >"$work/g2.txt" &
+client=$!
+wait_for_line "$work/g2.txt" '"text"' "$client" 60 >/dev/null || fail "the stream through the second gateway did not start"
+stop_proc gw2
+wait "$client"
+freed=0
+for _ in $(seq 1 300); do
+    read -r free blocks <<<"$(node_kv "$t2")"
+    [ -n "${free:-}" ] && [ "$free" = "$blocks" ] && { freed=1; break; }
+    sleep 0.1
+done
+[ $freed = 1 ] || fail "the target kept KV blocks of a dead gateway's session ($(node_kv "$t2"))"
+echo "ok: kill -9 of a gateway mid-stream: its target freed the session's KV blocks"
+
+# ---- 6. a node that joins by itself (--join the gateway's cluster port)
 cport=$(grep -o 'cluster port 127.0.0.1:[0-9]*' "$work/gw.log" | head -n 1 | cut -d' ' -f3)
 [ -n "$cport" ] || fail "the gateway printed no cluster port"
 "$specd" node --role target -m "$target" --listen 127.0.0.1:0 -t 1 --join "$cport" >"$work/t3.log" 2>&1 &
