@@ -8,11 +8,15 @@
 // some abandoned mid-stream) and not, and bad requests; speculation on or
 // off per request. Every request must end in a result or a clear error (an
 // OpenAI error object / a WebSocket error frame with a code); abandoned ones
-// are the client's doing and counted apart. RSS (from /proc/PID/status when
-// the server is local, else /metrics) and KV blocks in use are sampled each
-// second. Checks at the end: no request without an outcome, KV blocks back
-// to 0, RSS after the load no more than after the warm-up plus a margin,
+// are the client's doing and counted apart. Memory and KV blocks in use are
+// sampled each second. With the server's pid (a local server), memory is
+// /proc/PID/status's RssAnon, the heap, where a leak would show: the models
+// are mmapped files whose resident pages come and go with the page cache,
+// so total RSS is reported but not judged. Without it, /metrics' RSS.
+// Checks at the end: no request without an outcome, KV blocks back to 0,
+// memory after the load no more than after the warm-up plus a margin,
 // /health still 200. Prints a summary table; exit 0 or 1.
+//   --samples FILE  writes the samples as CSV (t_s, rss, rss_anon, rss_file, kv_used, active)
 import fs from "node:fs";
 import http from "node:http";
 import WebSocket from "ws";
@@ -201,21 +205,25 @@ async function metrics() {
              active: get("specd_active_sessions") };
 }
 
-function rssBytes(m) {
+// { rss, anon, file } in bytes; anon is the figure judged (see above).
+function memory(m) {
     if (pid) {
         try {
-            const kb = fs.readFileSync(`/proc/${pid}/status`, "utf8").match(/VmRSS:\s+(\d+) kB/);
-            if (kb) return Number(kb[1]) * 1024;
+            const status = fs.readFileSync(`/proc/${pid}/status`, "utf8");
+            const kb = (name) => Number((status.match(new RegExp(`${name}:\\s+(\\d+) kB`)) || [0, NaN])[1]) * 1024;
+            return { rss: kb("VmRSS"), anon: kb("RssAnon"), file: kb("RssFile") };
         } catch { /* the process is gone: the /health check below reports it */ }
     }
-    return m.rssMetrics;
+    return { rss: m.rssMetrics, anon: m.rssMetrics, file: NaN };
 }
+const judged = pid ? "RssAnon" : "RSS";
 
 const samples = [];  // { t, rss, kv, active }
 async function sample(t0) {
     try {
         const m = await metrics();
-        samples.push({ t: (Date.now() - t0) / 1000, rss: rssBytes(m), kv: m.kv, kvTotal: m.kvTotal, active: m.active });
+        const mem = memory(m);
+        samples.push({ t: (Date.now() - t0) / 1000, rss: mem.anon, total: mem.rss, file: mem.file, kv: m.kv, kvTotal: m.kvTotal, active: m.active });
     } catch (e) {
         samples.push({ t: (Date.now() - t0) / 1000, error: e.message });
     }
@@ -252,7 +260,7 @@ const idleSamples = [];
 for (let i = 0; i < 3; i++) {
     await new Promise((r) => setTimeout(r, 300));
     const m = await metrics().catch(() => null);
-    if (m) idleSamples.push(rssBytes(m));
+    if (m) idleSamples.push(memory(m));
 }
 const health = await httpRequest("GET", "/health").catch((e) => ({ status: e.message }));
 
@@ -262,7 +270,9 @@ const afterWarmup = loaded.filter((s) => s.t >= warmupS);
 const atWarmup = loaded.filter((s) => s.t >= warmupS - 3 && s.t <= warmupS + 1).map((s) => s.rss);
 const rssStart = loaded.length ? loaded[0].rss : NaN;
 const rssWarm = median(atWarmup.length ? atWarmup : afterWarmup.slice(0, 3).map((s) => s.rss));
-const rssEnd = median(idleSamples);
+const rssEnd = median(idleSamples.map((x) => x.anon));
+const totalStart = loaded.length ? loaded[0].total : NaN, totalEnd = median(idleSamples.map((x) => x.rss));
+const totalPeak = Math.max(...loaded.map((s) => s.total));
 const rssPeak = Math.max(...loaded.map((s) => s.rss));
 const kvPeak = Math.max(...loaded.map((s) => s.kv));
 const kvTotal = loaded.length ? loaded[0].kvTotal : NaN;
@@ -294,7 +304,7 @@ const rssLimit = rssWarm * (1 + rssMarginRatio) + rssMarginBytes;
 const checks = [
     ["every request ended in a result or a clear error", failed === 0, `${failed} without one`],
     ["KV blocks in use back to 0", idle !== null, idle ? "0" : `still ${(await metrics().catch(() => ({ kv: "?" }))).kv}`],
-    ["RSS after the load <= after the warm-up + 10 % + 16 MiB", rssEnd <= rssLimit, `${mib(rssEnd)} MiB vs limit ${mib(rssLimit)} MiB`],
+    [`${judged} after the load <= after the warm-up + 10 % + 16 MiB`, rssEnd <= rssLimit, `${mib(rssEnd)} MiB vs limit ${mib(rssLimit)} MiB`],
     ["/health answers 200", health.status === 200, `${health.status}`],
     ["RSS samples taken", loaded.length >= Math.min(5, durationS / 2), `${loaded.length}`],
 ];
@@ -302,8 +312,9 @@ console.log(`\n| figure | value |\n| --- | --- |`);
 console.log(`| duration of load | ${loadEndS.toFixed(0)} s (warm-up ${warmupS.toFixed(0)} s) |`);
 console.log(`| requests | ${total}: ${results} results, ${cancelled} cancelled, ${errors} clear errors, ${abandoned} abandoned by the client, ${failed} failed |`);
 console.log(`| requests per second | ${(total / loadEndS).toFixed(1)} |`);
-console.log(`| RSS at start / after warm-up / peak / end (idle) | ${mib(rssStart)} / ${mib(rssWarm)} / ${mib(rssPeak)} / ${mib(rssEnd)} MiB |`);
-console.log(`| RSS slope after warm-up | ${(slope / 1048576).toFixed(2)} MiB/min |`);
+console.log(`| ${judged} at start / after warm-up / peak / end (idle) | ${mib(rssStart)} / ${mib(rssWarm)} / ${mib(rssPeak)} / ${mib(rssEnd)} MiB |`);
+console.log(`| ${judged} slope after warm-up | ${(slope / 1048576).toFixed(2)} MiB/min |`);
+if (pid) console.log(`| RSS (anon + mmapped model pages) at start / peak / end | ${mib(totalStart)} / ${mib(totalPeak)} / ${mib(totalEnd)} MiB |`);
 console.log(`| KV blocks used: peak / end (of ${kvTotal}) | ${kvPeak} / ${idle ? idle.kv : "not 0"} |`);
 console.log("");
 for (const [name, ok, detail] of checks) console.log(`${ok ? "ok  " : "FAIL"} ${name}: ${detail}`);
@@ -312,5 +323,10 @@ const bad = checks.filter(([, ok]) => !ok).length;
 console.log(bad ? `FAIL: ${bad} check(s) failed` : "PASS");
 console.log(`SOAK_SUMMARY duration_s=${durationS} requests=${total} results=${results} cancelled=${cancelled} clear_errors=${errors} ` +
             `abandoned=${abandoned} failed=${failed} rss_start_mib=${mib(rssStart)} rss_warm_mib=${mib(rssWarm)} rss_peak_mib=${mib(rssPeak)} ` +
-            `rss_end_mib=${mib(rssEnd)} kv_peak=${kvPeak} kv_end=${idle ? idle.kv : "?"}`);
+            `rss_end_mib=${mib(rssEnd)} (${judged}) rss_total_start_mib=${mib(totalStart)} rss_total_end_mib=${mib(totalEnd)} ` +
+            `kv_peak=${kvPeak} kv_end=${idle ? idle.kv : "?"}`);
+const samplesFile = opt("--samples", "");
+if (samplesFile)
+    fs.writeFileSync(samplesFile, "t_s,rss_bytes,rss_anon_bytes,rss_file_bytes,kv_blocks_used,active_sessions\n" +
+                     loaded.map((x) => [x.t.toFixed(1), x.total, x.rss, x.file, x.kv, x.active].join(",")).join("\n") + "\n");
 process.exit(bad ? 1 : 0);
