@@ -465,6 +465,30 @@ await check("JSON logs: every stderr line is one object; one request-done summar
     return `${lines.length} lines, summary ${JSON.stringify(http1).slice(0, 120)}…`;
 });
 
+await check("a window of low acceptance logs a warning and counts in /metrics; the threshold is honoured", async () => {
+    // The n-gram drafter (no draft model) on a story is rejected often: with
+    // the threshold at 1.0 and a window of one drafted token, any request
+    // that drafted and had one rejection ends a low window.
+    const s = await startServer(["-m", target, "--low-acceptance-rate", "1.0", "--low-acceptance-window", "1", "--log-format", "json"]);
+    let windows = 0, rejected = false;
+    for (let i = 0; i < 5 && !rejected; i++) {
+        const r = await complete(s, { max_tokens: 48, prompt: ["Once upon a time", "Lily and Ben", "The sun was hot", "Max the dog", "Anna saw"][i] });
+        rejected = r.speculative.drafted > r.speculative.accepted;
+        windows += rejected ? 1 : 0;
+    }
+    expect(rejected, "the n-gram drafter never had a rejection in 5 requests");
+    const metric = (await request(s, "GET", "/metrics")).text.match(/^specd_spec_low_acceptance_windows_total (\d+)/m);
+    expect(metric && Number(metric[1]) >= windows, `metric: ${metric && metric[0]}`);
+    const warning = s.stderr.split("\n").filter((l) => l).map((l) => JSON.parse(l)).find((o) => /low speculative acceptance/.test(o.msg));
+    expect(warning && warning.level.startsWith("warn") && warning.acceptance_rate < 1 && warning.threshold === 1, `warning: ${JSON.stringify(warning)}`);
+
+    // At threshold 0 no window is low.
+    const quiet = await startServer(["-m", target, "--low-acceptance-rate", "0", "--low-acceptance-window", "1"]);
+    await complete(quiet, { max_tokens: 48 });
+    expect(!/low speculative acceptance/.test(quiet.stderr), "a warning at threshold 0");
+    return `warning ${JSON.stringify(warning).slice(0, 140)}`;
+});
+
 fs.rmSync(scratch, { recursive: true, force: true });
 if (failures) {
     console.log(`FAIL: ${failures} check(s) failed`);
