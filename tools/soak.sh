@@ -6,7 +6,7 @@
 #
 #   tools/soak.sh 600                        start a server with the fetched models, 10 minutes
 #   tools/soak.sh 30 --url http://HOST:PORT  load a running server (RSS from its /metrics)
-#   options: --specd BIN  --models DIR  --concurrency N (8)  --seed S (1)  --api-key KEY  --samples FILE.csv
+#   options: --specd BIN  --models DIR  --concurrency N (8)  --seed S (1)  --api-key KEY  --samples FILE.csv  --only KIND
 #            --serve-args "ARGS"  extra flags for the server started here
 # The driver is tests/net/e2e/soak.mjs (Node + ws, installed by run.sh).
 # Exit 0 when every check passes, 1 otherwise, 77 when node is missing.
@@ -23,7 +23,7 @@ while [ $# -gt 0 ]; do
         --specd) specd=$2; shift 2 ;;
         --models) models=$2; shift 2 ;;
         --serve-args) serve_args=$2; shift 2 ;;
-        --concurrency|--seed|--api-key|--samples) driver_args+=("$1" "$2"); shift 2 ;;
+        --concurrency|--seed|--api-key|--samples|--only) driver_args+=("$1" "$2"); shift 2 ;;
         *) echo "soak: unknown option $1" >&2; usage ;;
     esac
 done

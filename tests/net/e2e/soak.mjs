@@ -16,6 +16,7 @@
 // Checks at the end: no request without an outcome, KV blocks back to 0,
 // memory after the load no more than after the warm-up plus a margin,
 // /health still 200. Prints a summary table; exit 0 or 1.
+//   --only KIND     one kind of request alone (ws_finish, ws_cancel, ...)
 //   --samples FILE  writes the samples as CSV (t_s, rss, rss_anon, rss_file, kv_used, active)
 import fs from "node:fs";
 import http from "node:http";
@@ -183,7 +184,18 @@ function wsSession(mode) {
     });
 }
 
+// --only KIND runs one kind alone (to find which kind a growth comes with).
+const only = opt("--only", "");
+const kinds = {
+    ws_finish: () => wsSession("finish"), ws_cancel: () => wsSession("cancel"), ws_disconnect: () => wsSession("disconnect"),
+    http_completion: () => httpCompletion(false, false, false), http_chat: () => httpCompletion(true, false, false),
+    http_stream: () => httpCompletion(random() < 0.5, true, false), http_stream_abandoned: () => httpCompletion(false, true, true),
+    http_bad_request: () => badRequest(),
+};
+if (only && !kinds[only]) { console.log(`unknown --only ${only}: one of ${Object.keys(kinds).join(", ")}`); process.exit(2); }
+
 async function oneRequest() {
+    if (only) return kinds[only]();
     const r = random();
     if (r < 0.25) return wsSession("finish");
     if (r < 0.35) return wsSession("cancel");
