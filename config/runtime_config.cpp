@@ -314,6 +314,32 @@ void check_path(const ConfigField& f, const std::string& path, const std::string
     if (std::filesystem::is_directory(status)) bad_value(f, path, source, "is a directory, not a GGUF file");
 }
 
+const char* kind_name(Kind k) {
+    switch (k) {
+        case Kind::boolean: return "boolean";
+        case Kind::integer: return "integer";
+        case Kind::number: return "number";
+        case Kind::text: return "text";
+        case Kind::path: return "path";
+        case Kind::choice: return "choice";
+        case Kind::sha256: return "sha256";
+    }
+    return "";
+}
+
+// Levenshtein distance; names are short, so the plain two-row table is enough.
+size_t edit_distance(const std::string& a, const std::string& b) {
+    std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+    for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+    for (size_t i = 1; i <= a.size(); ++i) {
+        cur[0] = i;
+        for (size_t j = 1; j <= b.size(); ++j)
+            cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+        std::swap(prev, cur);
+    }
+    return prev[b.size()];
+}
+
 }  // namespace
 
 const std::vector<ConfigField>& config_fields() {
@@ -429,6 +455,23 @@ void ConfigLoader::load_environment(const EnvLookup& lookup) {
     }
 }
 
+void ConfigLoader::check_environment_names(const std::vector<std::string>& names) {
+    constexpr size_t kTypoDistance = 2;
+    for (const std::string& name : names) {
+        if (find_entry(name)) continue;
+        const bool specd_prefixed = name.rfind("SPECD_", 0) == 0;
+        for (const Entry& e : entries()) {
+            const std::string env = e.field.env;
+            // A name outside SPECD_ is only compared with the guide's own names
+            // (MAIN_MODEL_PATH, ...), never with SPECD_ ones: HOST is not SPECD_HOST.
+            if (!specd_prefixed && env.rfind("SPECD_", 0) == 0) continue;
+            if (edit_distance(name, env) <= kTypoDistance)
+                throw Error("config: environment variable " + name + " is not a setting (did you mean " + env +
+                            "? `specd config` lists them)");
+        }
+    }
+}
+
 void ConfigLoader::set(const std::string& key, const std::string& value, const std::string& source) {
     const Entry* e = find_entry(key);
     if (!e) throw Error("config: unknown key \"" + key + "\" (from " + source + ")");
@@ -467,6 +510,25 @@ std::string ConfigLoader::describe() const {
     std::string out = pad("key", wk) + "  " + pad("value", wv) + "  " + pad("source", ws) + "  environment\n";
     for (const auto& r : rows) out += pad(r[0], wk) + "  " + pad(r[1], wv) + "  " + pad(r[2], ws) + "  " + r[3] + "\n";
     return out;
+}
+
+std::string ConfigLoader::describe_json() const {
+    nlohmann::json fields = nlohmann::json::array();
+    for (const Entry& e : entries()) {
+        const ConfigField& f = e.field;
+        const std::string v = value_text(config_, e);
+        nlohmann::json j = {{"key", f.key},       {"env", f.env},        {"flag", f.flag},
+                            {"kind", kind_name(f.kind)}, {"value", f.secret && !v.empty() ? "***" : v},
+                            {"source", source(f.key)}, {"secret", f.secret}, {"reloadable", f.reloadable}, {"allowed", allowed(f)}};
+        if (f.kind == Kind::integer || f.kind == Kind::number) {
+            j["min"] = f.min;
+            j["max"] = f.max;
+        }
+        if (f.kind == Kind::choice) j["choices"] = f.choices;
+        if (f.kind == Kind::path) j["required"] = f.required;
+        fields.push_back(std::move(j));
+    }
+    return fields.dump(1) + "\n";
 }
 
 std::vector<std::string> changed_fields(const RuntimeConfig& a, const RuntimeConfig& b) {

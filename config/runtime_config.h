@@ -142,6 +142,12 @@ public:
     // Every field whose environment variable is set (and not empty).
     // `lookup` defaults to getenv.
     void load_environment(const EnvLookup& lookup = {});
+    // Names of the process environment (e.g. from `environ`): a SPECD_*
+    // variable, or one of the guide's names, that is not a setting but is
+    // within two edits of one (SPECD_PROT, MAX_DRAFT_TOKEN) is a typo that
+    // would silently keep the default, so it is an Error naming both. Other
+    // unknown SPECD_* names pass: build and test scripts use that prefix too.
+    static void check_environment_names(const std::vector<std::string>& names);
     // One value as text, e.g. from a flag; `source` says where from.
     void set(const std::string& key, const std::string& value, const std::string& source);
     // Cross-field checks and existence of paths; the effective config.
@@ -152,6 +158,10 @@ public:
     std::string source(const std::string& key) const;
     // The table `specd config` prints: key, value, source, env name.
     std::string describe() const;
+    // The same as a JSON array, one object per field: key, env, flag, kind,
+    // value (text, secrets as "***"), source, and min/max or choices where
+    // they apply (`specd config --json`, read by the deploy tests).
+    std::string describe_json() const;
 
 private:
     RuntimeConfig config_;

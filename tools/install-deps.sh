@@ -1,11 +1,17 @@
 #!/usr/bin/env bash
 # Installs the Debian packages specd builds and tests with (idempotent; only
 # runs apt-get when something is missing). Needs root or sudo. chromium is for
-# the chat page test, prometheus for promtool (the /metrics format check).
+# the chat page test, prometheus for promtool (the /metrics format check),
+# python3-yaml for the deploy/ checks, valgrind for the leak check,
+# iproute2 for the multi-node network-namespace test.
+#   tools/install-deps.sh          everything (build and test)
+#   tools/install-deps.sh --build  only what building needs (deploy/Dockerfile)
 set -euo pipefail
 packages=(build-essential cmake ninja-build pkg-config catch2 libcli11-dev nlohmann-json3-dev
-          libspdlog-dev libfmt-dev clang-14 libclang-rt-14-dev libcaf-dev libboost1.81-dev
-          nodejs npm ca-certificates curl chromium prometheus iproute2)
+          libspdlog-dev libfmt-dev libcaf-dev libboost1.81-dev ca-certificates curl)
+if [ "${1:-}" != "--build" ]; then
+  packages+=(clang-14 libclang-rt-14-dev nodejs npm chromium prometheus python3 python3-yaml valgrind iproute2)
+fi
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -38,9 +38,12 @@ void register_ops_commands(CLI::App& app) {
         "config", "print the effective configuration of `specd serve` with the same flags: each value and where it came from "
                   "(default < --config file < environment < flags); exits 1 naming a bad value");
     add_config_flags(c, *flags);
-    c->callback([flags] {
+    auto as_json = std::make_shared<bool>(false);
+    c->add_flag("--json", *as_json, "print a JSON array instead: key, env, flag, kind, value, source and allowed values of each field");
+    c->callback([flags, as_json] {
         const ConfigLoader loader = load_config(*flags);
-        std::fputs(loader.describe().c_str(), stdout);
+        std::fputs((*as_json ? loader.describe_json() : loader.describe()).c_str(), stdout);
+        std::fflush(stdout);
         loader.finish();  // after the table, so a missing model still shows everything else
     });
 

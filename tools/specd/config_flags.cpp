@@ -1,5 +1,7 @@
 #include "tools/specd/config_flags.h"
 
+#include <unistd.h>  // environ
+
 namespace specd::cli {
 
 void add_config_flags(CLI::App* cmd, ConfigFlags& flags) {
@@ -17,6 +19,12 @@ ConfigLoader load_config(const ConfigFlags& flags) {
     ConfigLoader loader;
     const std::string file = !flags.config_file.empty() ? flags.config_file : config_file_from_environment();
     if (!file.empty()) loader.load_file(file);
+    std::vector<std::string> env_names;
+    for (char** entry = environ; entry && *entry; ++entry) {
+        const std::string text = *entry;
+        env_names.push_back(text.substr(0, text.find('=')));
+    }
+    ConfigLoader::check_environment_names(env_names);
     loader.load_environment();
     for (const auto& [key, option] : flags.options) {
         if (option->count() == 0) continue;
