@@ -7,6 +7,18 @@
 
 namespace specd {
 
+namespace {
+
+// A row without any ordered logit (all NaN) has no argmax: the device then
+// reports an id outside the vocabulary; fail as the host sampler does.
+void check_argmax(std::span<const int32_t> argmax, int32_t n_vocab) {
+    for (const int32_t t : argmax) {
+        if (t < 0 || t >= n_vocab) throw Error("forward_greedy: a logit row has no argmax (every logit NaN?): got " + std::to_string(t));
+    }
+}
+
+}  // namespace
+
 BatchDrafter::BatchDrafter(ForwardBackend* draft_fwd, PagedKvCache* draft_kv, int32_t ngram_min, int32_t ngram_max)
     : fwd_(draft_fwd), kv_(draft_kv), ngram_(ngram_min, ngram_max),
       sampler_(SamplingParams{}, draft_fwd ? draft_fwd->n_vocab() : 1) {
@@ -115,6 +127,7 @@ void BatchDrafter::model_draft(std::span<const DraftJob> jobs, std::vector<Draft
         if (all_greedy) {
             argmax_.resize(items_.size());
             greedy = fwd_->forward_greedy(*kv_, items_, argmax_);
+            if (greedy) check_argmax(argmax_, fwd_->n_vocab());
         }
         if (greedy) {
             ++greedy_forwards_;

@@ -6,6 +6,18 @@
 
 namespace specd {
 
+namespace {
+
+// A row without any ordered logit (all NaN) has no argmax: the device then
+// reports an id outside the vocabulary; fail as the host sampler does.
+void check_argmax(std::span<const int32_t> argmax, int32_t n_vocab) {
+    for (const int32_t t : argmax) {
+        if (t < 0 || t >= n_vocab) throw Error("forward_greedy: a logit row has no argmax (every logit NaN?): got " + std::to_string(t));
+    }
+}
+
+}  // namespace
+
 BatchVerifier::BatchVerifier(ForwardBackend& target, PagedKvCache& kv, BatchVerifierOptions options)
     : fwd_(target), kv_(kv), options_(options), rule_(target.n_vocab()), sampler_(SamplingParams{}, target.n_vocab()) {
     if (options_.max_step_tokens < 1) throw Error("verifier: max_step_tokens must be >= 1");
@@ -217,6 +229,7 @@ void BatchVerifier::step(std::vector<VerifyOutcome>& out) {
         if (all_greedy) {
             argmax_.resize(static_cast<size_t>(rows));
             greedy = fwd_.forward_greedy(kv_, items_, argmax_);
+            if (greedy) check_argmax(argmax_, fwd_.n_vocab());
         }
         if (greedy) {
             ++greedy_steps_;

@@ -124,6 +124,10 @@ void DraftModelProposer::propose(const ProposeRequest& request, Draft& out) {
     std::span<const float> logits;
     auto run = [&] {
         have_argmax = argmax_only && fwd_->forward_greedy(*kv_, std::span<const BatchItem>(&item, 1), std::span<int32_t>(&argmax, 1));
+        if (have_argmax && (argmax < 0 || argmax >= fwd_->n_vocab())) {
+            // An all-NaN row has no argmax (the device reports an id outside the vocabulary).
+            throw Error("forward_greedy: a logit row has no argmax (every logit NaN?): got " + std::to_string(argmax));
+        }
         if (!have_argmax) logits = fwd_->forward(*kv_, std::span<const BatchItem>(&item, 1));
     };
     run();
