@@ -67,6 +67,10 @@ public:
         return 2 * static_cast<size_t>(shape.n_layers) * shape.block_size * shape.kv_dim * sizeof(uint16_t);
     }
     std::string name() const override { return "cuda:" + std::to_string(device_); }
+    std::vector<gpu::GpuDeviceStats> gpu_stats() const override {
+        const int ordinals[1] = {device_};
+        return gpu::query_gpu_stats(ordinals);
+    }
 
 private:
     int device_;
@@ -78,22 +82,32 @@ private:
 
 }  // namespace
 
-std::unique_ptr<BackendFactory> BackendFactory::create(const RuntimeConfig& config, const LlamaModel* target,
-                                                       const LlamaModel* draft, ThreadPool* target_pool, ThreadPool* draft_pool) {
-    if (!target && !draft) throw Error("backend: no model to run");
-    const gpu::DeviceRequest request = gpu::parse_device_request(config.device);
+gpu::BackendChoice BackendFactory::choose(const std::string& device) {
+    const gpu::DeviceRequest request = gpu::parse_device_request(device);
 #ifdef SPECD_HAS_CUDA
     const gpu::DeviceProbe probe = request == gpu::DeviceRequest::Cpu ? gpu::DeviceProbe{} : gpu::probe_devices();
-    const gpu::BackendChoice choice = gpu::choose_backend(request, probe, true);
+    return gpu::choose_backend(request, probe, true);
 #else
-    const gpu::BackendChoice choice = gpu::choose_backend(request, gpu::DeviceProbe{}, false);
+    return gpu::choose_backend(request, gpu::DeviceProbe{}, false);
 #endif
+}
+
+std::unique_ptr<BackendFactory> BackendFactory::make(const gpu::BackendChoice& choice, const LlamaModel* target,
+                                                     const LlamaModel* draft, ThreadPool* target_pool, ThreadPool* draft_pool) {
     if (!choice.error.empty()) throw Error(choice.error);
-    if (!choice.log_line.empty()) log::info(choice.log_line);
+    if (!target && !draft) throw Error("backend: no model to run");
 #ifdef SPECD_HAS_CUDA
     if (choice.use_cuda) return std::make_unique<CudaBackends>(choice.device, target, draft);
 #endif
     return std::make_unique<CpuBackends>(target, draft, target_pool, draft_pool);
+}
+
+std::unique_ptr<BackendFactory> BackendFactory::create(const RuntimeConfig& config, const LlamaModel* target,
+                                                       const LlamaModel* draft, ThreadPool* target_pool, ThreadPool* draft_pool) {
+    const gpu::BackendChoice choice = choose(config.device);
+    if (!choice.error.empty()) throw Error(choice.error);
+    if (!choice.log_line.empty()) log::info(choice.log_line);
+    return make(choice, target, draft, target_pool, draft_pool);
 }
 
 }  // namespace specd

@@ -10,10 +10,13 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "config/runtime_config.h"
 #include "engine/backend.h"
 #include "engine/thread_pool.h"
+#include "gpu/device.h"
+#include "gpu/gpu_metrics.h"
 
 namespace specd {
 
@@ -28,6 +31,15 @@ public:
     // no draft; its pool is null then too), not both.
     static std::unique_ptr<BackendFactory> create(const RuntimeConfig& config, const LlamaModel* target,
                                                   const LlamaModel* draft, ThreadPool* target_pool, ThreadPool* draft_pool);
+    // The two halves of create(), for callers that report the choice
+    // themselves (the CLI prints the line on stderr and exits 1 on an
+    // error): choose() parses `device` (auto|cpu|cuda; specd::Error for
+    // anything else) and probes the devices unless it is cpu; it logs
+    // nothing and leaves choice.error for the caller. make() builds the
+    // backends of a choice without an error (uploading the weights on a GPU).
+    static gpu::BackendChoice choose(const std::string& device);
+    static std::unique_ptr<BackendFactory> make(const gpu::BackendChoice& choice, const LlamaModel* target,
+                                                const LlamaModel* draft, ThreadPool* target_pool, ThreadPool* draft_pool);
     virtual ~BackendFactory() = default;
 
     // A new forward pass for the verifier / the draft actor (each call: its
@@ -43,6 +55,9 @@ public:
     virtual size_t kv_block_bytes(const KvCacheShape& shape) const = 0;
     // "cpu" or "cuda:0".
     virtual std::string name() const = 0;
+    // Memory and utilisation of the GPU(s) in use, for /metrics; empty on
+    // the CPU (the default). Never throws.
+    virtual std::vector<gpu::GpuDeviceStats> gpu_stats() const { return {}; }
 };
 
 }  // namespace specd

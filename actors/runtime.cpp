@@ -1539,6 +1539,9 @@ runtime_stats Runtime::stats() {
 }
 
 int32_t Runtime::active_sessions() const { return shared_->active; }
+std::vector<gpu::GpuDeviceStats> Runtime::gpu_stats() const {
+    return shared_->backends ? shared_->backends->gpu_stats() : std::vector<gpu::GpuDeviceStats>{};
+}
 const RuntimeConfig& Runtime::config() const { return shared_->config; }
 std::string Runtime::model_name() const { return shared_->config.effective_model_name(); }
 const Tokenizer& Runtime::tokenizer() const { return shared_->target->tokenizer(); }

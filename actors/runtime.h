@@ -24,6 +24,7 @@
 #include "actors/interfaces.h"
 #include "actors/messages.h"
 #include "config/runtime_config.h"
+#include "gpu/gpu_metrics.h"
 
 namespace specd {
 
@@ -112,6 +113,9 @@ public:
 
     // Blocking snapshot of the KV pools and queues.
     runtime_stats stats();
+    // Memory and utilisation of the GPU the models run on (one entry per
+    // device in use); empty on the CPU. Asks the driver on each call.
+    std::vector<gpu::GpuDeviceStats> gpu_stats() const;
     // Requests whose session is alive.
     int32_t active_sessions() const;
 

@@ -49,6 +49,22 @@ public:
     // the next call.
     virtual std::span<const float> forward(PagedKvCache& kv, std::span<const BatchItem> items) = 0;
 
+    // Optional capability for greedy decoding: runs the batch exactly like
+    // forward() but returns only each logit row's argmax (the highest logit,
+    // the lowest id on ties; rows in forward()'s order) in
+    // `argmax_out[0..n_rows)`, so a device backend copies n_rows ints to the
+    // host instead of n_rows * n_vocab floats. `argmax_out` must hold at
+    // least the batch's row count (specd::Error otherwise, nothing run).
+    // Returns false, running nothing, when the backend does not offer it
+    // (the default; the CPU backend, whose logits are already on the host);
+    // the caller then uses forward(). Same exceptions as forward().
+    virtual bool forward_greedy(PagedKvCache& kv, std::span<const BatchItem> items, std::span<int32_t> argmax_out) {
+        (void)kv;
+        (void)items;
+        (void)argmax_out;
+        return false;
+    }
+
     // A KV cache of `shape` that this backend can run on (the CPU backend:
     // host storage; a GPU backend: block tables only, storage in VRAM).
     virtual std::unique_ptr<PagedKvCache> make_kv_cache(const KvCacheShape& shape) = 0;

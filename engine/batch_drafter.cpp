@@ -35,6 +35,18 @@ const std::vector<int32_t>* ContextMirror::apply(uint64_t request, int32_t keep,
     return &ctx;
 }
 
+namespace {
+
+// A row without any ordered logit (all NaN) has no argmax: the device then
+// reports an id outside the vocabulary; fail as the host sampler does.
+void check_argmax(std::span<const int32_t> argmax, int32_t n_vocab) {
+    for (const int32_t t : argmax) {
+        if (t < 0 || t >= n_vocab) throw Error("forward_greedy: a logit row has no argmax (every logit NaN?): got " + std::to_string(t));
+    }
+}
+
+}  // namespace
+
 BatchDrafter::BatchDrafter(ForwardBackend* draft_fwd, PagedKvCache* draft_kv, int32_t ngram_min, int32_t ngram_max)
     : fwd_(draft_fwd), kv_(draft_kv), ngram_(ngram_min, ngram_max),
       sampler_(SamplingParams{}, draft_fwd ? draft_fwd->n_vocab() : 1) {
@@ -130,17 +142,38 @@ void BatchDrafter::model_draft(std::span<const DraftJob> jobs, std::vector<Draft
             tokens += take;
         }
         if (items_.empty()) break;
-        std::span<const float> logits = fwd_->forward(*kv_, items_);
+        // All greedy, no penalty, no p_min (which needs the top probability):
+        // only the argmax per row is needed; a backend with the capability
+        // (a GPU) then copies items_.size() ints instead of the logits.
+        bool all_greedy = true;
+        for (const size_t i : item_active_) {
+            const DraftJob& job = jobs[active_[i].job];
+            all_greedy = all_greedy && job.sampling.plain_argmax() && !(job.p_min > 0.0f);
+        }
+        bool greedy = false;
+        std::span<const float> logits;
+        if (all_greedy) {
+            argmax_.resize(items_.size());
+            greedy = fwd_->forward_greedy(*kv_, items_, argmax_);
+            if (greedy) check_argmax(argmax_, fwd_->n_vocab());
+        }
+        if (greedy) {
+            ++greedy_forwards_;
+        } else {
+            logits = fwd_->forward(*kv_, items_);
+        }
         for (size_t it = 0; it < items_.size(); ++it) {
             Active& a = active_[item_active_[it]];
             a.request->cached.insert(a.request->cached.end(), items_[it].tokens.begin(), items_[it].tokens.end());
             if (a.request->cached.size() < a.history.size()) continue;  // catch-up not finished
             const DraftJob& job = jobs[a.job];
             DraftOutcome& o = out[a.outcome];
-            const float* row = logits.data() + it * V;
+            const float* row = greedy ? nullptr : logits.data() + it * V;  // greedy: only argmax_ is read
             sampler_.set_params(job.sampling);
             int32_t token;
-            if (job.sampling.greedy()) {
+            if (greedy) {
+                token = argmax_[it];  // p_min is 0 for every job here: nothing else to check
+            } else if (job.sampling.greedy()) {
                 token = sampler_.sample(row, a.history, a.rng);
                 if (job.p_min > 0.0f) {
                     const float top = *std::max_element(row, row + V);

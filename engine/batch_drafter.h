@@ -76,6 +76,10 @@ public:
     // appends one outcome per job (in job order).
     void draft(std::span<const DraftJob> jobs, std::vector<DraftOutcome>& out);
 
+    // Forward calls that brought back only the argmax per row (every
+    // request in them greedy without penalty and without p_min).
+    int64_t greedy_forwards() const { return greedy_forwards_; }
+
 private:
     struct Request {
         int32_t seq = -1;
@@ -101,6 +105,8 @@ private:
     std::vector<BatchItem> items_;
     std::vector<size_t> item_active_;
     std::vector<TokenProb> dist_;
+    std::vector<int32_t> argmax_;      // (items_) argmax per row when an iteration ran forward_greedy
+    int64_t greedy_forwards_ = 0;
 };
 
 }  // namespace specd

@@ -6,6 +6,18 @@
 
 namespace specd {
 
+namespace {
+
+// A row without any ordered logit (all NaN) has no argmax: the device then
+// reports an id outside the vocabulary; fail as the host sampler does.
+void check_argmax(std::span<const int32_t> argmax, int32_t n_vocab) {
+    for (const int32_t t : argmax) {
+        if (t < 0 || t >= n_vocab) throw Error("forward_greedy: a logit row has no argmax (every logit NaN?): got " + std::to_string(t));
+    }
+}
+
+}  // namespace
+
 BatchVerifier::BatchVerifier(ForwardBackend& target, PagedKvCache& kv, BatchVerifierOptions options)
     : fwd_(target), kv_(kv), options_(options), rule_(target.n_vocab()), sampler_(SamplingParams{}, target.n_vocab()) {
     if (options_.max_step_tokens < 1) throw Error("verifier: max_step_tokens must be >= 1");
@@ -123,6 +135,28 @@ void BatchVerifier::finish_verify(Queued& q, Request& r, const float* rows, Veri
     o.rng = rng.state();
 }
 
+void BatchVerifier::finish_verify_greedy(Queued& q, Request& r, const int32_t* argmax, VerifyOutcome& o) {
+    const VerifyJob& job = q.job;
+    const int32_t cached_before = static_cast<int32_t>(r.history.size()) - 1;  // the pending token is not cached yet
+    int32_t n_accepted = 0;
+    int32_t next = -1;
+    for (int32_t i = 0; i < job.n_draft; ++i) {
+        const int32_t d = job.tokens[static_cast<size_t>(i) + 1];
+        if (d != argmax[i]) {
+            next = argmax[i];
+            break;
+        }
+        ++n_accepted;
+        r.history.push_back(d);
+    }
+    if (next < 0) next = argmax[job.n_draft];
+    kv_.truncate(r.seq, cached_before + 1 + n_accepted);
+    r.history.push_back(next);
+    o.n_accepted = n_accepted;
+    o.next = next;
+    o.rng = job.rng;  // greedy draws nothing
+}
+
 void BatchVerifier::step(std::vector<VerifyOutcome>& out) {
     for (VerifyOutcome& o : rejected_) out.push_back(std::move(o));
     rejected_.clear();
@@ -185,7 +219,23 @@ void BatchVerifier::step(std::vector<VerifyOutcome>& out) {
         done[i] = 1;
     }
     if (!items_.empty()) {
-        std::span<const float> logits = fwd_.forward(kv_, items_);
+        // Every job greedy: ask the backend for the argmax per row only (a
+        // GPU backend then copies `rows` ints instead of rows * n_vocab
+        // floats); a backend without the capability runs nothing and says so.
+        bool all_greedy = true;
+        for (size_t j : item_job_) all_greedy = all_greedy && argmax_suffices(queue_[j].job.sampling);
+        bool greedy = false;
+        std::span<const float> logits;
+        if (all_greedy) {
+            argmax_.resize(static_cast<size_t>(rows));
+            greedy = fwd_.forward_greedy(kv_, items_, argmax_);
+            if (greedy) check_argmax(argmax_, fwd_.n_vocab());
+        }
+        if (greedy) {
+            ++greedy_steps_;
+        } else {
+            logits = fwd_.forward(kv_, items_);
+        }
         const double ms = now_ms() - t0;
         const size_t V = static_cast<size_t>(fwd_.n_vocab());
         int32_t step_tokens = 0;
@@ -193,7 +243,9 @@ void BatchVerifier::step(std::vector<VerifyOutcome>& out) {
         for (size_t it = 0; it < items_.size(); ++it) {
             Queued& q = queue_[item_job_[it]];
             Request& r = requests_.at(q.job.request);
-            const float* row = logits.data() + static_cast<size_t>(item_row_[it]) * V;
+            // (greedy: logits is empty and only argmax_ is read)
+            const float* row = greedy ? nullptr : logits.data() + static_cast<size_t>(item_row_[it]) * V;
+            const int32_t* row_argmax = greedy ? argmax_.data() + item_row_[it] : nullptr;
             VerifyOutcome o;
             o.request = q.job.request;
             o.tag = q.job.tag;
@@ -205,12 +257,21 @@ void BatchVerifier::step(std::vector<VerifyOutcome>& out) {
                 q.prefilled += item_len_[it];
                 if (q.prefilled < static_cast<int32_t>(q.job.tokens.size())) continue;
                 r.history.assign(q.job.tokens.begin(), q.job.tokens.end());
-                sampler_.set_params(q.job.sampling);
-                Rng rng(q.job.rng);
-                const int32_t next = sampler_.sample(row, r.history, rng);
-                r.history.push_back(next);
-                o.next = next;
-                o.rng = rng.state();
+                if (greedy) {
+                    const int32_t next = *row_argmax;
+                    r.history.push_back(next);
+                    o.next = next;
+                    o.rng = q.job.rng;
+                } else {
+                    sampler_.set_params(q.job.sampling);
+                    Rng rng(q.job.rng);
+                    const int32_t next = sampler_.sample(row, r.history, rng);
+                    r.history.push_back(next);
+                    o.next = next;
+                    o.rng = rng.state();
+                }
+            } else if (greedy) {
+                finish_verify_greedy(q, r, row_argmax, o);
             } else {
                 finish_verify(q, r, row, o);
             }

@@ -80,6 +80,14 @@ public:
 
     const PagedKvCache& kv() const { return kv_; }
     const LlamaModel& model() const { return fwd_.model(); }
+    // Steps whose forward brought back only the argmax per row
+    // (ForwardBackend::forward_greedy): every job in them was greedy.
+    int64_t greedy_steps() const { return greedy_steps_; }
+
+    // Whether a job's next tokens are the plain argmax of the target's
+    // logits: greedy sampling without a repetition penalty (a penalty moves
+    // the argmax, and only the host sees the whole row).
+    static bool argmax_suffices(const SamplingParams& sampling) { return sampling.plain_argmax(); }
 
 private:
     struct Request {
@@ -93,6 +101,11 @@ private:
     };
     VerifyOutcome fail(const VerifyJob& job, std::string why, bool kv_full = false) const;
     void finish_verify(Queued& q, Request& r, const float* rows, VerifyOutcome& o);
+    // The same acceptance for a greedy job from the target's argmax per row
+    // (`argmax`: n_draft + 1 entries): with a point-mass target the rule
+    // accepts a drafted token iff it is the argmax, and the next token is
+    // the argmax of the first rejected (or the bonus) row; no randomness.
+    void finish_verify_greedy(Queued& q, Request& r, const int32_t* argmax, VerifyOutcome& o);
 
     ForwardBackend& fwd_;
     PagedKvCache& kv_;
@@ -110,6 +123,8 @@ private:
     std::vector<TokenProb> q_;         // target distribution scratch
     std::vector<size_t> failed_;       // (queue) scratch: jobs whose blocks could not be reserved
     std::vector<char> done_;           // (queue) scratch: jobs finished this step
+    std::vector<int32_t> argmax_;      // (rows of the step) argmax per logit row when the step ran forward_greedy
+    int64_t greedy_steps_ = 0;
 };
 
 }  // namespace specd

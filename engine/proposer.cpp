@@ -116,14 +116,30 @@ void DraftModelProposer::propose(const ProposeRequest& request, Draft& out) {
     BatchItem item;
     item.seq = seq_;
     item.tokens = request.context.subspan(cached_.size());
-    std::span<const float> logits = fwd_->forward(*kv_, std::span<const BatchItem>(&item, 1));
+    // Greedy without penalty or p_min needs only the argmax: a backend with
+    // forward_greedy (a GPU) then returns one int instead of the logits.
+    const bool argmax_only = sp.plain_argmax() && !(request.p_min > 0.0f);
+    int32_t argmax = -1;
+    bool have_argmax = false;
+    std::span<const float> logits;
+    auto run = [&] {
+        have_argmax = argmax_only && fwd_->forward_greedy(*kv_, std::span<const BatchItem>(&item, 1), std::span<int32_t>(&argmax, 1));
+        if (have_argmax && (argmax < 0 || argmax >= fwd_->n_vocab())) {
+            // An all-NaN row has no argmax (the device reports an id outside the vocabulary).
+            throw Error("forward_greedy: a logit row has no argmax (every logit NaN?): got " + std::to_string(argmax));
+        }
+        if (!have_argmax) logits = fwd_->forward(*kv_, std::span<const BatchItem>(&item, 1));
+    };
+    run();
     cached_.insert(cached_.end(), item.tokens.begin(), item.tokens.end());
     history_.assign(request.context.begin(), request.context.end());
     const bool greedy = sp.greedy();
     const int32_t V = fwd_->n_vocab();
     for (int32_t i = 0; i < k; ++i) {
         int32_t token;
-        if (greedy) {
+        if (have_argmax) {
+            token = argmax;  // greedy, p_min 0: nothing else to check
+        } else if (greedy) {
             token = sampler_->sample(logits.data(), history_, *request.rng);
             if (request.p_min > 0.0f) {
                 // Softmax probability of the greedy pick.
@@ -144,7 +160,7 @@ void DraftModelProposer::propose(const ProposeRequest& request, Draft& out) {
         history_.push_back(token);
         if (i + 1 == k) break;
         item.tokens = std::span<const int32_t>(&history_.back(), 1);
-        logits = fwd_->forward(*kv_, std::span<const BatchItem>(&item, 1));
+        run();
         cached_.push_back(token);
     }
 }

@@ -20,6 +20,10 @@ struct SamplingParams {              // defaults as llama.cpp's
     // specd::Error naming the field, the value and the allowed range.
     void validate() const;
     bool greedy() const { return temperature <= 0.0f; }
+    // Greedy with nothing that changes the logits first (no repetition
+    // penalty): the token is the plain argmax of the logits, so a backend
+    // may return only that (ForwardBackend::forward_greedy).
+    bool plain_argmax() const { return greedy() && (repeat_penalty == 1.0f || repeat_last_n == 0); }
 };
 
 // The seed that asks for a random seed (LLAMA_DEFAULT_SEED).

@@ -172,6 +172,28 @@ void CudaForward::forward_argmax(PagedKvCache& kv, std::span<const BatchItem> it
     out.assign(tokens_host_.as<int32_t>(), tokens_host_.as<int32_t>() + r);
 }
 
+bool CudaForward::forward_greedy(PagedKvCache& kv, std::span<const BatchItem> items, std::span<int32_t> argmax_out) {
+    // The rows the batch yields (forward()'s rule), known before running so a
+    // short span fails with nothing appended to any sequence.
+    size_t rows = 0;
+    for (const BatchItem& item : items) rows += item.all_logits ? item.tokens.size() : 1;
+    if (argmax_out.size() < rows) {
+        throw Error("cuda forward: argmax_out holds " + std::to_string(argmax_out.size()) + " rows, the batch yields " +
+                    std::to_string(rows));
+    }
+    const int32_t r = run(kv, items);
+    if (r == 0) return true;
+    if (static_cast<size_t>(r) > argmax_out.size()) {  // run() and the count above disagree: never copy past the span
+        throw Error("cuda forward: " + std::to_string(r) + " logit rows, more than counted (" + std::to_string(rows) + ")");
+    }
+    launch_argmax_rows(logits_.as<float>(), r, weights_->hparams().n_vocab, tokens_.as<int32_t>(), stream_.get());
+    SPECD_CUDA_CHECK(cudaMemcpyAsync(tokens_host_.as(), tokens_.as(), static_cast<size_t>(r) * sizeof(int32_t),
+                                     cudaMemcpyDeviceToHost, stream_.get()));
+    finish(kv, items);
+    std::copy_n(tokens_host_.as<int32_t>(), r, argmax_out.begin());
+    return true;
+}
+
 void CudaForward::forward_top_k(PagedKvCache& kv, std::span<const BatchItem> items, float temperature, int32_t k,
                                 std::vector<int32_t>& ids, std::vector<float>& probs) {
     ids.clear();

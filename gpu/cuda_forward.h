@@ -38,6 +38,11 @@ public:
     const ForwardOptions& options() const override { return options_; }
     std::string name() const override { return "cuda:" + std::to_string(weights_->device()); }
 
+    // ForwardBackend's greedy capability: forward_argmax into the caller's
+    // span (`argmax_out`: at least the batch's rows; checked before running).
+    // Always true: this backend has it.
+    bool forward_greedy(PagedKvCache& kv, std::span<const BatchItem> items, std::span<int32_t> argmax_out) override;
+
     // Device-side sampling: runs the batch and brings back only the argmax
     // token of each logit row (greedy decoding), `out` (n_rows).
     void forward_argmax(PagedKvCache& kv, std::span<const BatchItem> items, std::vector<int32_t>& out);

@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include "gpu/device.h"
+#include "gpu/gpu_metrics.h"
 
 namespace specd::gpu {
 
@@ -60,6 +61,43 @@ DeviceProbe probe_devices() {
     }
     if (!probe.devices.empty()) probe.reason.clear();
     return probe;
+}
+
+std::vector<GpuDeviceStats> query_gpu_stats(std::span<const int> ordinals) {
+    std::vector<GpuDeviceStats> out;
+    int previous = 0;
+    if (cudaGetDevice(&previous) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return out;
+    }
+    for (const int d : ordinals) {
+        // cudaMemGetInfo reports on the current device: switch, then restore
+        // the caller's (a scrape runs on a server thread that may share it).
+        if (cudaSetDevice(d) != cudaSuccess) {
+            (void)cudaGetLastError();
+            continue;
+        }
+        size_t free_b = 0, total_b = 0;
+        if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
+            (void)cudaGetLastError();
+            continue;
+        }
+        GpuDeviceStats s;
+        s.ordinal = d;
+        s.total_bytes = total_b;
+        s.free_bytes = free_b;
+        s.used_bytes = total_b >= free_b ? total_b - free_b : 0;
+        char bus_id[32] = {};  // "0000:3B:00.0" plus NUL; 13 bytes would do
+        if (cudaDeviceGetPCIBusId(bus_id, static_cast<int>(sizeof bus_id), d) == cudaSuccess) {
+            s.utilization = nvml_utilization(bus_id);
+        } else {
+            (void)cudaGetLastError();
+        }
+        out.push_back(s);
+    }
+    (void)cudaSetDevice(previous);
+    (void)cudaGetLastError();
+    return out;
 }
 
 }  // namespace specd::gpu

@@ -23,6 +23,7 @@
 #include "engine/acceptance_watch.h"
 #include "engine/chat_template.h"
 #include "engine/tokenizer.h"
+#include "gpu/gpu_metrics.h"
 #include "net/chat_page.h"
 #include "net/metrics.h"
 
@@ -819,6 +820,9 @@ std::string Server::Impl::render_metrics() {
     gauge("specd_draft_model_loaded", "1 when a draft model is loaded.", runtime.has_draft_model() ? 1 : 0);
     counter("specd_spec_low_acceptance_windows_total", "Acceptance windows that ended below the low-acceptance threshold.",
             metrics.low_acceptance_windows);
+    // GPU memory and utilisation: only with a CUDA backend (an empty list
+    // on the CPU prints nothing).
+    gpu::render_gpu_metrics(out, runtime.gpu_stats());
     const ProcessStats ps = read_process_stats();
     gauge("process_resident_memory_bytes", "Resident memory size in bytes.", static_cast<double>(ps.resident_bytes));
     gauge("process_virtual_memory_bytes", "Virtual memory size in bytes.", static_cast<double>(ps.virtual_bytes));

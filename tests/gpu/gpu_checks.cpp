@@ -9,6 +9,7 @@
 #include <random>
 #include <thread>
 
+#include "engine/batch_verifier.h"
 #include "engine/forward.h"
 #include "engine/generate.h"
 #include "engine/proposer.h"
@@ -497,6 +498,87 @@ void check_greedy_speculative(const Context& ctx, std::ostream& log) {
     expect(device_greedy == ref.tokens, "greedy through the device argmax differs from greedy over the host logits");
 }
 
+// A CudaForward that hides the greedy capability: the verifier then takes
+// its full-logits path on the same device, the reference for the argmax one.
+class FullLogitsOnly : public ForwardBackend {
+public:
+    explicit FullLogitsOnly(CudaForward& inner) : inner_(inner) {}
+    std::span<const float> forward(PagedKvCache& kv, std::span<const BatchItem> items) override { return inner_.forward(kv, items); }
+    std::unique_ptr<PagedKvCache> make_kv_cache(const KvCacheShape& shape) override { return inner_.make_kv_cache(shape); }
+    const LlamaModel& model() const override { return inner_.model(); }
+    const ForwardOptions& options() const override { return inner_.options(); }
+    std::string name() const override { return inner_.name() + "-full-logits"; }
+
+private:
+    CudaForward& inner_;
+};
+
+void check_verifier_greedy(const Context& ctx, std::ostream& log) {
+    auto target = load_model(ctx, "stories15M-f32.gguf");
+    auto weights = DeviceModel::upload(*target, 0);
+    CudaForward greedy_fwd(weights, target.get());
+    CudaForward full_fwd(weights, target.get());
+    FullLogitsOnly full(full_fwd);
+    auto greedy_kv = greedy_fwd.make_kv_cache(greedy_fwd.kv_shape(256, 2));
+    auto full_kv = full.make_kv_cache(full.kv_shape(256, 2));
+
+    // A span shorter than the batch's rows is refused before anything runs.
+    {
+        const int32_t seq = greedy_kv->create_sequence();
+        const std::vector<int32_t> toks = {1, 2, 3};
+        const BatchItem item{seq, toks, true};
+        std::vector<int32_t> two(2);
+        bool threw = false;
+        try {
+            greedy_fwd.forward_greedy(*greedy_kv, std::span(&item, 1), two);
+        } catch (const Error&) {
+            threw = true;
+        }
+        expect(threw && greedy_kv->length(seq) == 0, "forward_greedy ran with a span shorter than the batch");
+        greedy_kv->free_sequence(seq);
+    }
+
+    BatchVerifier dev(greedy_fwd, *greedy_kv);
+    BatchVerifier ref(full, *full_kv);
+    SamplingParams greedy;
+    greedy.temperature = 0.0f;
+    const std::vector<std::string> prompts = {"Once upon a time", "The little dog"};
+    std::vector<int32_t> pending(2);
+    int32_t accepted = 0;
+    // Prefill both, then 24 rounds in which each request drafts its own
+    // pending token repeated 3 times (some accepted, most rejected): both
+    // verifiers see the same jobs and must give the same outcomes.
+    for (int round = -1; round < 24; ++round) {
+        for (size_t i = 0; i < 2; ++i) {
+            VerifyJob j;
+            j.request = i + 1;
+            j.sampling = greedy;
+            if (round < 0) {
+                j.prefill = true;
+                j.tokens = target->tokenizer().encode(prompts[i], true);
+            } else {
+                j.tokens = {pending[i], pending[i], pending[i], pending[i]};
+                j.n_draft = 3;
+            }
+            dev.submit(j);
+            ref.submit(std::move(j));
+        }
+        std::vector<VerifyOutcome> a, b;
+        while (dev.has_work()) dev.step(a);
+        while (ref.has_work()) ref.step(b);
+        expect(a.size() == 2 && b.size() == 2, "a step lost an outcome");
+        for (size_t i = 0; i < 2; ++i) {
+            expect(a[i].ok && b[i].ok, "a verification failed: " + a[i].error + b[i].error);
+            expect(a[i].next == b[i].next && a[i].n_accepted == b[i].n_accepted,
+                   "round " + std::to_string(round) + ": argmax-only and full-logits verification differ");
+            pending[i] = a[i].next;
+            accepted += a[i].n_accepted;
+        }
+    }
+    log << "  " << dev.greedy_steps() << " argmax-only steps, " << accepted << " drafted tokens accepted\n";
+    expect(dev.greedy_steps() == 25 && ref.greedy_steps() == 0, "the verifier did not take the argmax-only path on the GPU");
+}
+
 void check_stream_overlap(const Context& ctx, std::ostream& log) {
     auto model = load_model(ctx, "stories15M-f32.gguf");
     auto weights = DeviceModel::upload(*model, 0);
@@ -554,6 +636,8 @@ const std::vector<Check>& all() {
         {"sampling", "device argmax, softmax and top-k match the CPU", check_sampling},
         {"forward_logits", "full forward pass (stories15M f32/q8_0 as f16/bf16) matches the CPU logits", check_forward_logits},
         {"greedy_speculative", "greedy output with speculation on the GPU equals plain GPU greedy output", check_greedy_speculative},
+        {"verifier_greedy", "batched greedy verification with only the argmax per row copied back equals the full-logits path",
+         check_verifier_greedy},
         {"stream_overlap", "the verifier's and the draft's streams overlap (event timestamps)", check_stream_overlap},
     };
     return checks;

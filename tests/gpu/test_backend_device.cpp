@@ -42,4 +42,5 @@ TEST_CASE("gpu kernel: SwiGLU matches the CPU", "[gpu]") { run_device_check("swi
 TEST_CASE("gpu kernel: argmax, softmax and top-k match the CPU", "[gpu]") { run_device_check("sampling"); }
 TEST_CASE("gpu forward: logits match the CPU forward pass", "[gpu]") { run_device_check("forward_logits"); }
 TEST_CASE("gpu greedy: speculation on the GPU equals plain GPU decoding", "[gpu]") { run_device_check("greedy_speculative"); }
+TEST_CASE("gpu verifier: greedy steps bring back only the argmax per row, same outcomes", "[gpu]") { run_device_check("verifier_greedy"); }
 TEST_CASE("gpu streams: the verifier's and the draft's work overlap", "[gpu]") { run_device_check("stream_overlap"); }

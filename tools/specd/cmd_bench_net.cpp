@@ -217,7 +217,7 @@ double median_of(std::vector<double> v) { return pct(std::move(v), 0.5); }
 }  // namespace
 
 void run_bench_net(const std::string& url_text, const std::string& target, const std::string& draft, const std::vector<int>& levels,
-                   int n, int reps, int threads, const std::string& api_key) {
+                   int n, int reps, int threads, const std::string& api_key, const std::string& device) {
     std::unique_ptr<StandaloneRuntime> host;
     std::unique_ptr<net::Server> server;
     std::vector<Url> urls;
@@ -227,6 +227,7 @@ void run_bench_net(const std::string& url_text, const std::string& target, const
         rc.target_model = target;
         rc.draft_model = draft;
         rc.threads_target = threads;
+        if (!device.empty()) rc.device = device;
         rc.max_sequences = std::max(64, *std::max_element(levels.begin(), levels.end()));
         host = std::make_unique<StandaloneRuntime>(rc);
         net::ServerOptions so;

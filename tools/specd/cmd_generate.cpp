@@ -31,6 +31,7 @@ struct GenerateOptions {
     SamplingParams sampling;
     bool json = false;
     bool no_bos = false;
+    std::string device = "auto";  // --device: auto | cpu | cuda
     SpecOptions spec;
 };
 
@@ -53,6 +54,8 @@ void run_generate(const GenerateOptions& o) {
     check_threads(o.threads);
     if (o.n_predict < 0) throw Error("-n/--n-predict must be >= 0, got " + std::to_string(o.n_predict));
     o.sampling.validate();
+    // Before loading anything: a refused --device cuda fails at once.
+    const gpu::BackendChoice device = choose_device(o.device);
     const std::unique_ptr<LlamaModel> model = LlamaModel::load(o.model);
     const int32_t n_ctx = resolve_ctx(o.ctx, *model);
     const Tokenizer& tok = model->tokenizer();
@@ -60,9 +63,11 @@ void run_generate(const GenerateOptions& o) {
     check_prompt_fits(prompt.size(), n_ctx);
 
     ThreadPool pool(o.threads);
-    ForwardPass fwd(*model, pool);
-    PagedKvCache kv(fwd.kv_shape(n_ctx, 1));
-    SpecSetup spec = make_spec_setup(o.spec, *model, pool, n_ctx);
+    const std::unique_ptr<ForwardBackend> fwd_owner = make_backend(device, *model, pool);
+    ForwardBackend& fwd = *fwd_owner;
+    const std::unique_ptr<PagedKvCache> kv_owner = fwd.make_kv_cache(fwd.kv_shape(n_ctx, 1));
+    PagedKvCache& kv = *kv_owner;
+    SpecSetup spec = make_spec_setup(o.spec, *model, pool, n_ctx, &device);
     SpeculativeParams spec_params = o.spec.params;
     const int32_t room = n_ctx - static_cast<int32_t>(prompt.size()) - 1;
     if (spec.proposer && spec_params.draft_max > room) {
@@ -121,7 +126,7 @@ void run_generate(const GenerateOptions& o) {
                      "stop: %s | %s %s, %d threads, %s\n",
                      r.n_prompt, r.prompt_ms, prompt_tps, r.tokens.size(), r.gen_ms, r.tokens_per_s(),
                      stop_reason_name(r.stop), model->name().c_str(), tensor_type_name(model->weight_type()),
-                     o.threads, isa_name(fwd.isa()));
+                     o.threads, backend_label(fwd).c_str());
         if (spec.proposer) {
             std::fprintf(stderr,
                          "specd: speculative %s: drafted %lld, accepted %lld (%.1f%%), mean acceptance length %.2f, "
@@ -148,6 +153,7 @@ struct BenchOptions {
     std::string draft_model;        // -md with --concurrency
     std::string url;                // --url: load a running server (ws:// or http://), or "self"
     std::string api_key;            // --api-key for --url
+    std::string device;             // --device: auto | cpu | cuda ("" = auto; the runtime paths keep SPECD_DEVICE)
 };
 
 struct Stat {
@@ -168,7 +174,7 @@ Stat stats(std::vector<double> v) {
 
 // One timed run: pp feeds n tokens as one batch (logits of the last only, as
 // llama-bench does); tg feeds n tokens one at a time from an empty cache.
-double bench_once(ForwardPass& fwd, PagedKvCache& kv, int32_t n, bool prompt_processing) {
+double bench_once(ForwardBackend& fwd, PagedKvCache& kv, int32_t n, bool prompt_processing) {
     const int32_t vocab = fwd.n_vocab();
     std::vector<int32_t> tokens(static_cast<size_t>(n));
     for (int32_t i = 0; i < n; ++i) tokens[static_cast<size_t>(i)] = 1 + (i * 7919) % (vocab - 1);
@@ -200,6 +206,7 @@ void run_bench(const BenchOptions& o) {
     if (o.repetitions < 1) throw Error("-r/--repetitions must be >= 1");
     if (o.n_prompt < 0 || o.n_gen < 0) throw Error("-p and -n must be >= 0");
     for (int32_t t : o.threads) check_threads(t);
+    const gpu::BackendChoice device = choose_device(o.device.empty() ? "auto" : o.device);
     nlohmann::json rows = nlohmann::json::array();
     std::vector<double> bandwidth;  // bytes/s per entry of o.threads
     if (o.bandwidth) {
@@ -223,8 +230,10 @@ void run_bench(const BenchOptions& o) {
         for (size_t ti = 0; ti < o.threads.size(); ++ti) {
             const int32_t threads = o.threads[ti];
             ThreadPool pool(threads);
-            ForwardPass fwd(*model, pool);
-            PagedKvCache kv(fwd.kv_shape(n_ctx, 1));
+            const std::unique_ptr<ForwardBackend> fwd_owner = make_backend(device, *model, pool);
+            ForwardBackend& fwd = *fwd_owner;
+            const std::unique_ptr<PagedKvCache> kv_owner = fwd.make_kv_cache(fwd.kv_shape(n_ctx, 1));
+            PagedKvCache& kv = *kv_owner;
             struct Test {
                 std::string name;
                 int32_t n;
@@ -243,7 +252,7 @@ void run_bench(const BenchOptions& o) {
                 if (o.json) {
                     rows.push_back({{"model", model->name()}, {"type", tensor_type_name(model->weight_type())},
                                     {"weight_bytes", model->weight_bytes()}, {"threads", threads},
-                                    {"isa", isa_name(fwd.isa())}, {"test", t.name}, {"tokens_per_s", tps},
+                                    {"isa", backend_label(fwd)}, {"test", t.name}, {"tokens_per_s", tps},
                                     {"mean", s.mean}, {"sd", s.sd}, {"median", s.median}});
                 } else {
                     std::string bound;
@@ -254,7 +263,7 @@ void run_bench(const BenchOptions& o) {
                         bound = buf;
                     }
                     std::printf("| %s | %s | %.2f MiB | %d | %s | %s | %.2f ± %.2f | %.2f%s |\n", model->name().c_str(),
-                                tensor_type_name(model->weight_type()), mib, threads, isa_name(fwd.isa()),
+                                tensor_type_name(model->weight_type()), mib, threads, backend_label(fwd).c_str(),
                                 t.name.c_str(), s.mean, s.sd, s.median, bound.c_str());
                     std::fflush(stdout);
                 }
@@ -279,6 +288,7 @@ void register_generate_commands(CLI::App& app) {
     g->add_flag("--no-bos", gen->no_bos, "do not prepend BOS");
     add_sampling_flags(g, gen->sampling);
     add_spec_flags(g, gen->spec);
+    add_device_flag(g, gen->device);
     g->callback([gen] { run_generate(*gen); });
 
     auto bench = std::make_shared<BenchOptions>();
@@ -294,18 +304,19 @@ void register_generate_commands(CLI::App& app) {
     b->add_option("--model-draft", bench->draft_model, "draft model for --concurrency (default: n-gram)");
     b->add_option("--url", bench->url, "load a running server: ws://HOST:PORT or http://HOST:PORT; \"self\": start one in-process and compare");
     b->add_option("--api-key", bench->api_key, "API key for --url");
+    add_device_flag(b, bench->device);
     b->callback([bench] {
         if (!bench->url.empty()) {
             const std::vector<int> levels = bench->concurrency.empty() ? std::vector<int>{1, 4, 16} : bench->concurrency;
             const int n = bench->n_gen > 0 ? bench->n_gen : 128;
             return run_bench_net(bench->url, bench->models.empty() ? "" : bench->models.at(0), bench->draft_model, levels, n,
-                                 bench->repetitions, bench->threads.front(), bench->api_key);
+                                 bench->repetitions, bench->threads.front(), bench->api_key, bench->device);
         }
         if (!bench->concurrency.empty()) {
             if (bench->models.empty()) throw Error("bench: --concurrency needs -m TARGET");
             const int n = bench->n_gen > 0 ? bench->n_gen : 128;
             return run_bench_concurrency(bench->models.at(0), bench->draft_model, bench->concurrency, n, bench->repetitions,
-                                         bench->threads.front());
+                                         bench->threads.front(), bench->device);
         }
         run_bench(*bench);
     });

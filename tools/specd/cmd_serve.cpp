@@ -225,13 +225,14 @@ LoadResult run_load(Runtime& rt, int concurrency, int n, bool spec) {
 }  // namespace
 
 void run_bench_concurrency(const std::string& target, const std::string& draft, const std::vector<int>& levels, int n, int reps,
-                           int threads) {
+                           int threads, const std::string& device) {
     ConfigLoader loader;
     loader.load_environment();  // SPECD_SPEC_TOKEN_BUDGET, KV_CACHE_RATIO, ... as for serve
     RuntimeConfig rc = loader.config();
     rc.target_model = target;
     rc.draft_model = draft;
     rc.threads_target = threads;
+    if (!device.empty()) rc.device = device;
     rc.max_sequences = std::max(64, *std::max_element(levels.begin(), levels.end()));
     StandaloneRuntime host(rc);
     Runtime& rt = host.runtime();

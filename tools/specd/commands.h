@@ -21,8 +21,10 @@ void register_bench_wire_command(CLI::App& app); // bench-wire (cmd_bench_wire.c
 // `specd bench --concurrency`: the in-process runtime under load (cmd_serve.cpp).
 // `specd bench --url`: load over the network front end (cmd_bench_net.cpp).
 void run_bench_net(const std::string& url, const std::string& target, const std::string& draft, const std::vector<int>& levels, int n,
-                   int reps, int threads, const std::string& api_key);
+                   int reps, int threads, const std::string& api_key, const std::string& device = "");
+// `device`: --device (auto|cpu|cuda) for the in-process runtime; "" keeps
+// the configured one (SPECD_DEVICE, else auto).
 void run_bench_concurrency(const std::string& target, const std::string& draft, const std::vector<int>& levels, int n, int reps,
-                           int threads);
+                           int threads, const std::string& device = "");
 
 }  // namespace specd::cli

@@ -4,7 +4,9 @@
 #include <cstring>
 #include <vector>
 
+#include "actors/backend_factory.h"
 #include "engine/error.h"
+#include "engine/forward.h"
 
 namespace specd::cli {
 
@@ -32,7 +34,33 @@ void add_spec_flags(CLI::App* cmd, SpecOptions& o) {
     cmd->add_option("--ngram-max", o.ngram_max, "longest n-gram the lookup matches")->capture_default_str();
 }
 
-SpecSetup make_spec_setup(const SpecOptions& o, const LlamaModel& target, ThreadPool& pool, int32_t n_ctx) {
+void add_device_flag(CLI::App* cmd, std::string& device) {
+    cmd->add_option("--device", device, "where the model runs: auto (CUDA GPU 0 when usable, else the CPU), cpu, cuda")
+        ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
+        ->capture_default_str();
+}
+
+gpu::BackendChoice choose_device(const std::string& device) {
+    gpu::BackendChoice choice = BackendFactory::choose(device);
+    if (!choice.error.empty()) throw Error(choice.error);
+    if (!choice.log_line.empty()) std::fprintf(stderr, "%s\n", choice.log_line.c_str());
+    return choice;
+}
+
+std::unique_ptr<ForwardBackend> make_backend(const gpu::BackendChoice& device, const LlamaModel& model, ThreadPool& pool,
+                                             const ForwardOptions& options) {
+    // A factory per model: the backend keeps what it needs (the CPU pass
+    // references `model` and `pool`, a GPU pass shares the uploaded weights).
+    return BackendFactory::make(device, &model, nullptr, &pool, nullptr)->make_target(options);
+}
+
+std::string backend_label(const ForwardBackend& backend) {
+    if (const auto* cpu = dynamic_cast<const ForwardPass*>(&backend)) return isa_name(cpu->isa());
+    return backend.name();
+}
+
+SpecSetup make_spec_setup(const SpecOptions& o, const LlamaModel& target, ThreadPool& pool, int32_t n_ctx,
+                          const gpu::BackendChoice* device) {
     o.params.validate();
     SpecSetup s;
     s.kind = o.kind.empty() ? (o.draft_model.empty() ? "none" : "draft") : o.kind;
@@ -45,7 +73,11 @@ SpecSetup make_spec_setup(const SpecOptions& o, const LlamaModel& target, Thread
                                  "speculation will likely be slower than plain decoding\n",
                          s.draft_model->weight_bytes(), target.weight_bytes());
         }
-        s.proposer = std::make_unique<DraftModelProposer>(target, *s.draft_model, pool, n_ctx);
+        if (device) {
+            s.proposer = std::make_unique<DraftModelProposer>(target, make_backend(*device, *s.draft_model, pool), n_ctx);
+        } else {
+            s.proposer = std::make_unique<DraftModelProposer>(target, *s.draft_model, pool, n_ctx);
+        }
     } else if (s.kind == "ngram") {
         s.proposer = std::make_unique<NgramProposer>(o.ngram_min, o.ngram_max);
     }

@@ -7,8 +7,10 @@
 
 #include <CLI/CLI.hpp>
 
+#include "engine/backend.h"
 #include "engine/proposer.h"
 #include "engine/speculative.h"
+#include "gpu/device.h"
 
 namespace specd::cli {
 
@@ -32,7 +34,25 @@ struct SpecSetup {
     std::string kind;  // resolved: none | draft | ngram
 };
 
-SpecSetup make_spec_setup(const SpecOptions& o, const LlamaModel& target, ThreadPool& pool, int32_t n_ctx);
+// `device`: where a draft model runs (null: the CPU on `pool`), a choice
+// from choose_device() without an error.
+SpecSetup make_spec_setup(const SpecOptions& o, const LlamaModel& target, ThreadPool& pool, int32_t n_ctx,
+                          const gpu::BackendChoice* device = nullptr);
+
+// --device auto|cpu|cuda (default auto), the runtime's flag, on `generate`
+// and `bench`; CLI11 rejects any other word.
+void add_device_flag(CLI::App* cmd, std::string& device);
+// The same choice as `specd serve` makes: prints its one line on stderr
+// ("specd: no CUDA device (...): running on the CPU") and throws
+// specd::Error with the refusal ("--device cuda: no CUDA device (...)"),
+// which main prints as "specd: error: ..." before exiting 1.
+gpu::BackendChoice choose_device(const std::string& device);
+// A forward backend for `model` on the chosen device (the weights are
+// uploaded for this backend alone on a GPU); `pool` runs it on the CPU.
+std::unique_ptr<ForwardBackend> make_backend(const gpu::BackendChoice& device, const LlamaModel& model, ThreadPool& pool,
+                                             const ForwardOptions& options = {});
+// "avx512" etc. for a CPU forward pass, else the backend's name ("cuda:0").
+std::string backend_label(const ForwardBackend& backend);
 
 // "-md" and "-np" are llama.cpp's spellings; CLI11 only knows one-letter short options.
 void rewrite_llama_style_flags(int& argc, char**& argv);

@@ -167,6 +167,14 @@ await check("afterwards the KV cache is empty and the server still answers", asy
     return JSON.parse(r.text).choices[0].text;
 });
 
+await check("/metrics on the CPU (--device cpu) has no GPU figures", async () => {
+    const text = (await request("GET", "/metrics", { headers: auth })).text;
+    const gpu = text.split("\n").filter((l) => l.includes("specd_gpu_"));
+    if (gpu.length) throw new Error(`unexpected GPU lines: ${gpu[0]}`);
+    if (!text.includes("specd_kv_blocks_total")) throw new Error("no specd_kv_blocks_total: not the runtime's metrics");
+    return "none";
+});
+
 await check("/metrics passes promtool check metrics (when promtool is installed)", async () => {
     const text = (await request("GET", "/metrics", { headers: auth })).text;
     try {
