@@ -108,12 +108,16 @@ void dot_tile(const unsigned char* w, size_t rb, int64_t K, const PreparedInput&
             }
         }
     };
-    // The next tile's rows, one tile ahead (a DRAM stream at rows = 1).
+    // The next tile's rows, one tile ahead, into L1 (a DRAM stream at rows =
+    // 1), and the bytes kFarPrefetchBytes ahead into L2 (kernels_internal.h).
     const unsigned char* next = w + MR * rb;
     constexpr int64_t es = T == TensorType::F32 ? 4 : 2;
     int64_t k = 0;
     for (; k + 16 <= K; k += 16, xc += rows * 16) {
         for (int i = 0; i < MR; ++i) _mm_prefetch(reinterpret_cast<const char*>(next + i * rb + k * es), _MM_HINT_T0);
+        for (int i = 0; i < MR; ++i) {
+            _mm_prefetch(reinterpret_cast<const char*>(w + kFarPrefetchBytes + (k * MR + i * 16) * es), _MM_HINT_T1);
+        }
         step([&](int i, int h) { return load_w8<T>(w + i * rb, k + 8 * h); }, xc);
     }
     if (k < K) {
@@ -298,8 +302,16 @@ void matmul_quant(const unsigned char* W, size_t rb, const PreparedInput& x, flo
     QTile8 tiles[kQChunk];  // transposed blocks b0 .. b0 + nbc of weight rows n .. n + 8
     const int64_t nb = x.n_blocks();
     const int rows = x.rows();
+    const unsigned char* w_end = W + n1 * rb;
     for (int64_t n = n0; n < n1; n += 8) {
         const int nv = static_cast<int>(std::min<int64_t>(8, n1 - n));
+        {
+            // These 8 rows, shifted kQPrefetchBytes ahead, into L2 as one
+            // linear range (kernels_internal.h).
+            const unsigned char* pf = W + n * rb + kQPrefetchBytes;
+            const unsigned char* pf_end = std::min(pf + 8 * rb, w_end);
+            for (; pf < pf_end; pf += 64) _mm_prefetch(reinterpret_cast<const char*>(pf), _MM_HINT_T1);
+        }
         for (int64_t b0 = 0; b0 < nb; b0 += kQChunk) {
             const int64_t nbc = std::min<int64_t>(kQChunk, nb - b0);
             for (int64_t b = 0; b < nbc; ++b) load_qtile8<T>(W, rb, n, nv, b0 + b, tiles[b]);
