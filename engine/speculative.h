@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -23,6 +24,7 @@ struct SpeculativeParams {
     float draft_p_min = 0.0f;   // a draft model stops when its top probability falls below this; 0 = off
     bool adaptive = true;       // choose k per step from measured acceptance and costs (else always draft_max)
     void validate() const;      // specd::Error naming the field, value and allowed range
+    bool operator==(const SpeculativeParams&) const = default;
 };
 
 // Counters of one generation (or summed over many); formatting is elsewhere.
@@ -75,12 +77,17 @@ public:
     // One verified step: k drafted, n accepted, and its costs.
     void record(int32_t k, int32_t n_accepted, double draft_ms, double verify_ms);
     double alpha() const { return alpha_; }
+    const SpeculativeParams& params() const { return params_; }
 
 private:
     double verify_cost(int32_t tokens) const;
+    // Draft time of k tokens: fixed + k * per_token, fitted to the steps seen.
+    double draft_cost(int32_t k) const;
     SpeculativeParams params_;
     double alpha_ = 0.8;           // prior: a decent draft
-    double draft_cost_ms_ = -1.0;  // per drafted token; < 0 unknown
+    // EMA moments of (k, draft ms) over drafting steps; draft_n_ = 0 unknown.
+    double draft_n_ = 0.0, draft_mk_ = 0.0, draft_mkk_ = 0.0, draft_my_ = 0.0, draft_mky_ = 0.0;
+    int32_t explore_countdown_ = 0;
     std::vector<double> verify_ms_;  // (draft_max + 2) EMA by token count; < 0 unknown
     int32_t plain_streak_ = 0;
 };
@@ -115,6 +122,11 @@ private:
     std::vector<int32_t> verify_in_; // (k+1) pending token + draft
     std::vector<TokenProb> q_;       // target distribution scratch
     Draft draft_;
+    // The draft-length controller outlives one generation: what a draft and
+    // a verification cost is a property of the models and the machine, and
+    // a 200-token generation is only ~25 steps, too few to learn it anew.
+    // Replaced when the speculative parameters change.
+    std::unique_ptr<DraftLengthController> controller_;
 };
 
 }  // namespace specd

@@ -352,6 +352,27 @@ TEST_CASE("draft length controller: drafts long with a good draft and turns spec
     CHECK(plain >= 28);  // plain decoding, with an occasional probe
 }
 
+TEST_CASE("draft length controller: a draft whose first token carries a fixed cost is drafted long",
+          "[spec][adaptive]") {
+    // 3 ms per step however long the draft, then 0.3 ms per token, and a
+    // verification that grows 0.1 ms per token: with alpha 0.95, k = 16
+    // yields ~11.6 tokens for 12.3 ms, k = 4 ~4.5 tokens for 6.5 ms. A
+    // cost proportional to k (4.2 ms / 4 tokens = 1.05 ms each) would keep k short.
+    SpeculativeParams sp;
+    sp.draft_max = 16;
+    DraftLengthController c(sp);
+    Rng rng(7);
+    int32_t long_steps = 0;
+    for (int i = 0; i < 400; ++i) {
+        const int32_t k = c.next_k();
+        int32_t accepted = 0;
+        while (accepted < k && rng.uniform() < 0.95) ++accepted;
+        c.record(k, accepted, k > 0 ? 3.0 + 0.3 * k : 0.0, 2.5 + 0.1 * k);
+        if (i >= 300) long_steps += k >= 10;
+    }
+    CHECK(long_steps >= 80);
+}
+
 TEST_CASE("speculative params: bad values are refused with the field named", "[spec]") {
     SpeculativeParams sp;
     sp.draft_max = -1;
