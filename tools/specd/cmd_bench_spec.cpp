@@ -1,6 +1,6 @@
 // `specd bench-spec`: plain decoding against each proposer at several draft
 // lengths and temperatures, on a fixed prompt set, measured side by side in
-// one run. Prints a table and writes JSON and an SVG chart of speedup
+// one run (round-robin). Prints a table and writes JSON and an SVG chart of speedup
 // against draft length.
 #include <algorithm>
 #include <cmath>
@@ -152,66 +152,77 @@ void run_bench_spec(const BenchSpecOptions& o) {
         std::vector<std::vector<int32_t>> prompts;
         for (const std::string& p : set.prompts) prompts.push_back(target->tokenizer().encode(p, true));
         for (float temp : o.temps) {
-            // One measurement: every prompt once; tokens/s over the whole set.
-            auto measure = [&](Proposer* proposer, const SpeculativeParams& sp, Row& row) {
-                std::vector<double> tps;
-                for (int32_t rep = 0; rep < o.repetitions + 1; ++rep) {  // the first is a warm-up
-                    SpeculativeDecoder dec(fwd, kv, proposer);
-                    SpecStats total;
-                    double ms = 0;
-                    int64_t tokens = 0;
-                    for (size_t i = 0; i < prompts.size(); ++i) {
-                        GenerationParams gp;
-                        gp.max_tokens = o.n_gen;
-                        gp.stop_at_eos = false;
-                        gp.sampling.temperature = temp;
-                        gp.sampling.seed = 1234 + i;
-                        const SpeculativeResult r = dec.generate(prompts[i], gp, sp);
-                        ms += r.gen_ms;
-                        tokens += static_cast<int64_t>(r.tokens.size());
-                        total.add(r.stats);
-                    }
-                    if (rep == 0) continue;
-                    tps.push_back(1000.0 * static_cast<double>(tokens) / ms);
-                    row.tokens = tokens;
-                    row.acceptance = total.acceptance_rate();
-                    row.mean_len = total.mean_accept_len();
-                    row.mean_k = total.n_steps ? static_cast<double>(total.k_sum) / static_cast<double>(total.n_steps) : 0;
-                    row.draft_ms = total.k_sum ? total.draft_ms / static_cast<double>(total.k_sum) : 0;
-                    row.verify_ms = total.n_steps ? total.verify_ms / static_cast<double>(total.n_steps) : 0;
-                }
-                row.tps = median(tps);
+            // Every configuration of this (set, temp), each with its own
+            // decoder: its draft-length controller learns across the runs,
+            // as a server's does across requests.
+            struct Config {
+                Row row;
+                Proposer* proposer;
+                SpeculativeParams params;
+                std::unique_ptr<SpeculativeDecoder> decoder;
+                std::vector<double> tps;    // (repetitions) tokens/s per round
+                std::vector<double> ratio;  // (repetitions) over plain in the same round
             };
-            auto print = [&](const Row& r) {
-                std::printf("| %s | %.1f | %s | %s | %.1f | %.2fx | %.1f%% | %.2f | %.2f | %.3f | %.3f |\n", r.set.c_str(),
-                            r.temp, r.proposer.c_str(), r.mode.c_str(), r.tps, r.speedup, 100 * r.acceptance, r.mean_len,
-                            r.mean_k, r.draft_ms, r.verify_ms);
-                std::fflush(stdout);
-            };
-            Row plain{set.name, "plain", "plain", 0, temp};
+            std::vector<Config> configs;
             SpeculativeParams off;
             off.draft_max = 0;
-            measure(nullptr, off, plain);
-            plain.speedup = 1.0;
-            print(plain);
-            rows.push_back(plain);
+            configs.push_back({Row{set.name, "plain", "plain", 0, temp}, nullptr, off, nullptr, {}, {}});
             for (NamedProposer& p : proposers) {
-                std::vector<std::pair<std::string, SpeculativeParams>> modes;
                 for (int32_t k : o.draft_max) {
                     SpeculativeParams sp;
                     sp.draft_max = k;
                     sp.adaptive = false;
-                    modes.push_back({"k=" + std::to_string(k), sp});
+                    configs.push_back({Row{set.name, p.name, "k=" + std::to_string(k), k, temp}, p.proposer.get(), sp, nullptr, {}, {}});
                 }
                 SpeculativeParams adaptive;  // the defaults: draft-max 8, dynamic k
-                modes.push_back({"adaptive", adaptive});
-                for (auto& [mode, sp] : modes) {
-                    Row r{set.name, p.name, mode, sp.draft_max, temp};
-                    measure(p.proposer.get(), sp, r);
-                    r.speedup = plain.tps > 0 ? r.tps / plain.tps : 0;
-                    print(r);
-                    rows.push_back(r);
+                configs.push_back({Row{set.name, p.name, "adaptive", adaptive.draft_max, temp}, p.proposer.get(), adaptive, nullptr, {}, {}});
+            }
+            for (Config& c : configs) c.decoder = std::make_unique<SpeculativeDecoder>(fwd, kv, c.proposer);
+
+            // One measurement: every prompt once; tokens/s over the whole set.
+            auto measure = [&](Config& c, bool keep) {
+                SpecStats total;
+                double ms = 0;
+                int64_t tokens = 0;
+                for (size_t i = 0; i < prompts.size(); ++i) {
+                    GenerationParams gp;
+                    gp.max_tokens = o.n_gen;
+                    gp.stop_at_eos = false;
+                    gp.sampling.temperature = temp;
+                    gp.sampling.seed = 1234 + i;
+                    const SpeculativeResult r = c.decoder->generate(prompts[i], gp, c.params);
+                    ms += r.gen_ms;
+                    tokens += static_cast<int64_t>(r.tokens.size());
+                    total.add(r.stats);
                 }
+                if (!keep) return;
+                c.tps.push_back(1000.0 * static_cast<double>(tokens) / ms);
+                Row& row = c.row;
+                row.tokens = tokens;
+                row.acceptance = total.acceptance_rate();
+                row.mean_len = total.mean_accept_len();
+                row.mean_k = total.n_steps ? static_cast<double>(total.k_sum) / static_cast<double>(total.n_steps) : 0;
+                row.draft_ms = total.k_sum ? total.draft_ms / static_cast<double>(total.k_sum) : 0;
+                row.verify_ms = total.n_steps ? total.verify_ms / static_cast<double>(total.n_steps) : 0;
+            };
+            // Rounds: every configuration once per round, plain first, so a
+            // machine that slows down or speeds up over minutes (shared VMs
+            // do) shifts every configuration alike; the speedup is the
+            // median of the per-round ratios. Round 0 is a warm-up.
+            for (int32_t rep = 0; rep < o.repetitions + 1; ++rep) {
+                for (Config& c : configs) measure(c, rep > 0);
+                if (rep == 0) continue;
+                for (Config& c : configs) c.ratio.push_back(c.tps.back() / configs.front().tps.back());
+            }
+            for (Config& c : configs) {
+                c.row.tps = median(c.tps);
+                c.row.speedup = median(c.ratio);
+                std::printf("| %s | %.1f | %s | %s | %.1f | %.2fx | %.1f%% | %.2f | %.2f | %.3f | %.3f |\n",
+                            c.row.set.c_str(), c.row.temp, c.row.proposer.c_str(), c.row.mode.c_str(), c.row.tps,
+                            c.row.speedup, 100 * c.row.acceptance, c.row.mean_len, c.row.mean_k, c.row.draft_ms,
+                            c.row.verify_ms);
+                std::fflush(stdout);
+                rows.push_back(c.row);
             }
         }
     }
