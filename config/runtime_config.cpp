@@ -66,7 +66,7 @@ const std::vector<Entry>& entries() {
              .help = "per-request draft length from measured acceptance", .kind = Kind::boolean, .reloadable = true},
             &RuntimeConfig::adaptive);
         add({.key = "spec_token_budget", .env = "SPECD_SPEC_TOKEN_BUDGET", .flag = "--spec-token-budget",
-             .help = "load policy: tokens per verify step (k <= budget / requests - 1); 0: off", .kind = Kind::integer, .min = 0,
+             .help = "load policy: tokens per verify step (k <= budget / requests - 1, speculation off below 3); 0: off", .kind = Kind::integer, .min = 0,
              .max = 65536},
             &RuntimeConfig::verify_token_budget);
         add({.key = "ngram_min", .env = "SPECD_NGRAM_MIN", .flag = "--ngram-min", .help = "n-gram proposer's shortest match",
@@ -94,7 +94,7 @@ const std::vector<Entry>& entries() {
              .kind = Kind::integer, .min = 0, .max = 256},
             &RuntimeConfig::threads_target);
         add({.key = "threads_draft", .env = "SPECD_THREADS_DRAFT", .flag = "--threads-draft",
-             .help = "draft compute threads (0: as the target's)", .kind = Kind::integer, .min = 0, .max = 256},
+             .help = "draft compute threads (0: as the target's; sharing its pool when both would exceed the machine's threads)", .kind = Kind::integer, .min = 0, .max = 256},
             &RuntimeConfig::threads_draft);
         add({.key = "device", .env = "SPECD_DEVICE", .flag = "--device",
              .help = "where the models run: auto (a CUDA GPU when one is usable, else the CPU), cpu or cuda", .kind = Kind::choice,

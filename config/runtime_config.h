@@ -41,8 +41,8 @@ struct RuntimeConfig {
     bool enable_speculative = true;    // "speculative" / ENABLE_SPECULATIVE_DECODING: the default for requests that don't say
     int32_t draft_max = 8;             // "draft_max" / MAX_DRAFT_TOKENS: tokens drafted per step at most (4-8 recommended)
     bool adaptive = true;              // "adaptive" / SPECD_ADAPTIVE_DRAFT: per-request draft length from measured acceptance and cost
-    int32_t verify_token_budget = 4;   // "spec_token_budget" / SPECD_SPEC_TOKEN_BUDGET: tokens per verify step the load policy
-                                       //   aims at (k <= budget / requests - 1); 0: no cap
+    int32_t verify_token_budget = 10;  // "spec_token_budget" / SPECD_SPEC_TOKEN_BUDGET: tokens per verify step the load policy
+                                       //   aims at (k <= budget / requests - 1, off below 3); 0: no cap
     int32_t ngram_min = 1;             // "ngram_min" / SPECD_NGRAM_MIN: n-gram proposer's shortest match
     int32_t ngram_max = 4;             // "ngram_max" / SPECD_NGRAM_MAX: and longest
     // ---- capacity
@@ -52,7 +52,7 @@ struct RuntimeConfig {
     double kv_cache_ratio = 0.85;      // "kv_cache_ratio" / KV_CACHE_RATIO: share of the memory budget the KV pools may take
     int64_t memory_budget_bytes = 0;   // "memory_budget_bytes" / SPECD_MEMORY_BUDGET: 0: the machine's available RAM
     int32_t threads_target = 0;        // "threads" / SPECD_THREADS: target compute threads; 0: all hardware threads
-    int32_t threads_draft = 0;         // "threads_draft" / SPECD_THREADS_DRAFT: draft compute threads (its own pool); 0: as the target's
+    int32_t threads_draft = 0;         // "threads_draft" / SPECD_THREADS_DRAFT: draft compute threads (its own pool); 0: as many as the target's in a pool of its own when both fit the machine's hardware threads, else the target's pool, shared (the phases take turns)
     std::string device = "auto";       // "device" / SPECD_DEVICE: auto (CUDA GPU 0 when usable, else the CPU), cpu or cuda
                                        //   (cuda without a usable GPU refuses to start)
     int32_t prefill_chunk = 128;       // "prefill_chunk" / SPECD_PREFILL_CHUNK: prompt tokens per verifier step

@@ -7,7 +7,10 @@ namespace specd {
 int32_t LoadPolicy::k_cap(int32_t batch_requests, int32_t draft_max) const {
     if (verify_token_budget <= 0 || batch_requests <= 1) return draft_max;  // alone: nothing to share the step with
     const int32_t cap = verify_token_budget / std::max(1, batch_requests) - 1;
-    return std::clamp(cap, 0, draft_max);
+    // A draft this short gains less than the drafting round costs (on 2
+    // cores: k <= 1 at 2 sessions ran at 0.7-0.8x of plain): decode plainly.
+    if (cap < kMinUsefulDraft) return 0;
+    return std::min(cap, draft_max);
 }
 
 namespace {
@@ -80,6 +83,10 @@ void SessionCore::on_prefill(const VerifyOutcome& o) {
     history_.push_back(o.next);
     emit(o.next, false);
     if (!finished_ && static_cast<int32_t>(history_.size()) > n_ctx_) stop(StopReason::ContextFull);
+}
+
+void SessionCore::seed_controller(const DraftLengthController& learned) {
+    if (learned.params() == spec_) controller_ = learned;
 }
 
 int32_t SessionCore::next_k() {

@@ -28,13 +28,15 @@ namespace specd {
 // throughput at large batch sizes). The policy keeps the tokens one verify
 // step would carry if every running request joined it near a budget: with B
 // requests running (B >= 2), k is capped at budget / B - 1, so k shrinks as
-// the load grows and speculation turns off by itself (k = 0) once B passes
-// budget / 2; a request alone is never capped. The default 4 (measured with
-// stories15M on 2 cores, docs/BENCHMARKS.md) allows k = 1 for two requests
-// and turns speculation off from three.
+// the load grows, and speculation turns off by itself (k = 0) once that cap
+// falls below kMinUsefulDraft; a request alone is never capped. The default
+// 10 (measured with stories15M on 2 cores, docs/BENCHMARKS.md: k = 3 for
+// three sessions ran at 0.75x of plain) allows k = 4 for two requests and
+// turns speculation off from three.
 // Steps it capped are counted in SpecStats::n_load_capped.
 struct LoadPolicy {
-    int32_t verify_token_budget = 4;   // tokens per verify step the policy aims at; <= 0: no cap
+    int32_t verify_token_budget = 10;  // tokens per verify step the policy aims at; <= 0: no cap
+    static constexpr int32_t kMinUsefulDraft = 3;  // a cap below this turns speculation off
     int32_t k_cap(int32_t batch_requests, int32_t draft_max) const;
 };
 
@@ -86,6 +88,13 @@ public:
     const std::vector<int32_t>& prompt() const { return prompt_; }
     const std::vector<int32_t>& output() const { return output_; }
     const SpecStats& stats() const { return stats_; }
+    // The draft-length controller, for a runtime to carry what it learned
+    // (costs, acceptance) from finished sessions to new ones: a 128-token
+    // request is only ~20 steps, too few to learn them anew.
+    const DraftLengthController& controller() const { return controller_; }
+    // Starts from `learned` when it was made for the same speculative
+    // parameters (else keeps the fresh controller).
+    void seed_controller(const DraftLengthController& learned);
     const GenerationParams& params() const { return params_; }
     bool speculative() const { return spec_.draft_max > 0; }
     int32_t n_prompt() const { return n_prompt_; }

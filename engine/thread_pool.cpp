@@ -37,9 +37,10 @@ int ThreadPool::hardware_threads() {
 
 void ThreadPool::run_impl(JobFn fn, void* ctx) {
     if (n_threads_ == 1) {
-        fn(ctx, 0, 1);
+        fn(ctx, 0, 1);  // no shared state: the caller is the pool
         return;
     }
+    std::lock_guard<std::mutex> lock(run_mu_);
     job_fn_ = fn;
     job_ctx_ = ctx;
     jobs_pending_.store(n_threads_ - 1, std::memory_order_relaxed);

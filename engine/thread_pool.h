@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -22,7 +23,8 @@ public:
     int size() const { return n_threads_; }
 
     // Runs job(thread_index, n_threads) on every thread and returns when all
-    // are done. Not reentrant: one job at a time per pool.
+    // are done. Callers on different threads take turns (two compute actors
+    // may share a pool); not reentrant (a job must not run() its own pool).
     template <class Fn>
     void run(Fn&& job) {
         run_impl(&invoke<std::remove_reference_t<Fn>>, &job);
@@ -44,6 +46,7 @@ private:
 
     int n_threads_;
     std::vector<std::thread> workers_;
+    std::mutex run_mu_;  // one job at a time; held for the whole job
     JobFn job_fn_ = nullptr;
     void* job_ctx_ = nullptr;
     std::atomic<uint64_t> job_generation_{0};  // bumped to start a job

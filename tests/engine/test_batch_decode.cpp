@@ -302,17 +302,17 @@ TEST_CASE("KV ledger: grants what fits, queues in order, refuses what never fits
     CHECK(ledger.draft_free_blocks() == 4);
 }
 
-TEST_CASE("load policy: k shrinks as the load grows and speculation turns off past half the token budget", "[batch]") {
-    LoadPolicy p;  // default budget 4
+TEST_CASE("load policy: k shrinks as the load grows and speculation turns off once the cap is too short to pay", "[batch]") {
+    LoadPolicy p;  // default budget 10
     CHECK(p.k_cap(1, 8) == 8);   // alone: never capped
-    CHECK(p.k_cap(2, 8) == 1);
-    CHECK(p.k_cap(3, 8) == 0);
+    CHECK(p.k_cap(2, 8) == 4);
+    CHECK(p.k_cap(3, 8) == 0);   // cap 2 < kMinUsefulDraft
     CHECK(p.k_cap(64, 8) == 0);
     p.verify_token_budget = 16;
     CHECK(p.k_cap(2, 8) == 7);
+    CHECK(p.k_cap(2, 4) == 4);   // never above draft-max
     CHECK(p.k_cap(4, 8) == 3);
-    CHECK(p.k_cap(8, 8) == 1);
-    CHECK(p.k_cap(9, 8) == 0);
+    CHECK(p.k_cap(5, 8) == 0);
     p.verify_token_budget = 0;
     CHECK(p.k_cap(100, 8) == 8);
 }
