@@ -4,6 +4,8 @@
 #include <cmath>
 #include <string>
 
+#include "engine/batch_check.h"
+
 namespace specd {
 
 namespace {
@@ -99,49 +101,15 @@ std::span<const float> ForwardPass::forward(PagedKvCache& kv, std::span<const Ba
         throw Error("forward: the KV cache was made for another model shape");
     }
     if (!kv.has_storage()) throw Error("forward: the CPU backend needs a KV cache with host storage");
+    check_and_reserve_batch(kv, items, BatchLimits{hp.n_vocab, n_ctx_max_, options_.max_batch_tokens, options_.max_logit_rows});
     int32_t m = 0, r = 0;
-    for (size_t i = 0; i < items.size(); ++i) {
-        const BatchItem& item = items[i];
-        if (!kv.is_active(item.seq)) throw Error("forward: unknown KV sequence " + std::to_string(item.seq));
-        if (item.tokens.empty()) throw Error("forward: batch item without tokens");
-        for (size_t j = 0; j < i; ++j) {
-            if (items[j].seq == item.seq) throw Error("forward: sequence " + std::to_string(item.seq) + " twice in one batch");
-        }
-        const int64_t n = static_cast<int64_t>(item.tokens.size());
-        if (m + n > options_.max_batch_tokens) {
-            throw Error("forward: batch of more than " + std::to_string(options_.max_batch_tokens) + " tokens");
-        }
-        const int32_t start = kv.length(item.seq);
-        if (start + n > std::min(kv.shape().max_seq_len, n_ctx_max_)) {
-            throw Error("forward: sequence would grow to " + std::to_string(start + n) + " positions, beyond the context size " +
-                        std::to_string(std::min(kv.shape().max_seq_len, n_ctx_max_)));
-        }
-        const int32_t n_logit = item.all_logits ? static_cast<int32_t>(n) : 1;
-        if (r + n_logit > options_.max_logit_rows) {
-            throw Error("forward: more than " + std::to_string(options_.max_logit_rows) + " logit rows requested");
-        }
-        for (int64_t t = 0; t < n; ++t) {
-            const int32_t tok = item.tokens[static_cast<size_t>(t)];
-            if (tok < 0 || tok >= hp.n_vocab) {
-                throw Error("forward: token id " + std::to_string(tok) + " is outside the vocabulary (0.." +
-                            std::to_string(hp.n_vocab - 1) + ")");
-            }
-            row_token_[static_cast<size_t>(m)] = tok;
-            row_seq_[static_cast<size_t>(m)] = item.seq;
-            row_pos_[static_cast<size_t>(m)] = start + static_cast<int32_t>(t);
-            if (item.all_logits || t == n - 1) out_row_[static_cast<size_t>(r++)] = m;
-            ++m;
-        }
-    }
-    // Reserve every sequence's blocks before any work, so a full pool leaves
-    // the cache as it was (only blocks are attached, lengths do not move).
     for (const BatchItem& item : items) {
-        const int32_t want = kv.length(item.seq) + static_cast<int32_t>(item.tokens.size());
-        if (!kv.reserve(item.seq, want)) {
-            for (const BatchItem& undo : items) kv.truncate(undo.seq, kv.length(undo.seq));
-            throw KvCacheFull("KV cache full: sequence " + std::to_string(item.seq) + " needs " +
-                              std::to_string(kv.blocks_for(want)) + " blocks, " + std::to_string(kv.free_blocks()) +
-                              " free");
+        const int32_t start = kv.length(item.seq), n = static_cast<int32_t>(item.tokens.size());
+        for (int32_t t = 0; t < n; ++t, ++m) {
+            row_token_[static_cast<size_t>(m)] = item.tokens[static_cast<size_t>(t)];
+            row_seq_[static_cast<size_t>(m)] = item.seq;
+            row_pos_[static_cast<size_t>(m)] = start + t;
+            if (item.all_logits || t == n - 1) out_row_[static_cast<size_t>(r++)] = m;
         }
     }
     n_rows_ = m;

@@ -1,5 +1,5 @@
-// The host half of one GPU forward call: validates a batch exactly as the
-// CPU ForwardPass does, reserves the sequences' KV blocks (host bookkeeping)
+// The host half of one GPU forward call: validates a batch with the CPU
+// ForwardPass's own check (engine/batch_check.h), reserves the sequences' KV blocks (host bookkeeping)
 // and packs what the kernels need into one int32 array, uploaded with a
 // single copy. Plain C++: tested without a device.
 #pragma once
@@ -9,16 +9,10 @@
 #include <vector>
 
 #include "engine/backend.h"
+#include "engine/batch_check.h"
 #include "engine/kv_cache.h"
 
 namespace specd::gpu {
-
-struct BatchLimits {
-    int32_t n_vocab = 0;
-    int32_t n_ctx_max = 0;         // longest context the backend supports (RoPE table)
-    int32_t max_batch_tokens = 0;  // M
-    int32_t max_logit_rows = 0;    // R
-};
 
 // Offsets (in int32 elements) of the parts of BatchLayout::packed.
 struct PackedOffsets {
@@ -56,9 +50,7 @@ private:
 // the device buffer it is copied into).
 size_t packed_capacity(const KvCacheShape& shape, const BatchLimits& limits);
 
-// Validates `items` (known sequences, no sequence twice, tokens in range,
-// the context and the limits respected), reserves every sequence's blocks
-// for its new tokens and fills `out` (whose vector keeps its capacity).
+// check_and_reserve_batch (engine/batch_check.h), then fills `out` (whose vector keeps its capacity).
 // Throws KvCacheFull when the pool lacks blocks (then nothing was reserved)
 // and specd::Error for a bad batch. Lengths are not moved: the caller calls
 // kv.set_length after the device ran the batch.
