@@ -311,7 +311,7 @@ private:
             if (auto s = weak.lock()) {
                 asio::post(s->ws_.get_executor(), [s, d]() {
                     s->generations_.erase(d.id);
-                    s->send(ws_done_frame(d));
+                    s->send_final(d.id, ws_done_frame(d));
                 });
             }
         };
@@ -322,7 +322,7 @@ private:
             if (auto s = weak.lock()) {
                 asio::post(s->ws_.get_executor(), [s, e]() {
                     s->generations_.erase(e.id);
-                    s->send(ws_error_frame(&e.id, e.code, e.message));
+                    s->send_final(e.id, ws_error_frame(&e.id, e.code, e.message));
                 });
             }
         };
@@ -333,38 +333,54 @@ private:
     }
 
     // Token frames for a slow reader are coalesced: once the queue holds
-    // kCoalesceAfter frames, a token event for the generation whose token
-    // frame is last in the queue (and not being written) is merged into it.
+    // kCoalesceAfter frames, a token event is merged into its generation's
+    // last token frame while that frame still waits in the queue (not the
+    // front, which is being written). Each generation's tokens stay in
+    // order; frames of different generations interleave as before.
     void send_tokens(const token_event& e) {
         if (closing_) return;
-        if (queue_.size() >= kCoalesceAfter && queue_.size() >= 2 && last_token_.id == e.id && last_token_valid_) {
-            last_token_.tokens.insert(last_token_.tokens.end(), e.tokens.begin(), e.tokens.end());
-            last_token_.from_draft.insert(last_token_.from_draft.end(), e.from_draft.begin(), e.from_draft.end());
-            last_token_.text += e.text;
-            queue_.back() = ws_token_frame(last_token_);
-            ++coalesced_;
-            return;
+        if (queue_.size() >= kCoalesceAfter) {
+            auto it = open_tokens_.find(e.id);
+            if (it != open_tokens_.end() && it->second.seq > front_seq_) {
+                token_event& merged = it->second.event;
+                merged.tokens.insert(merged.tokens.end(), e.tokens.begin(), e.tokens.end());
+                merged.from_draft.insert(merged.from_draft.end(), e.from_draft.begin(), e.from_draft.end());
+                merged.text += e.text;
+                queue_[static_cast<size_t>(it->second.seq - front_seq_)] = ws_token_frame(merged);
+                ++coalesced_;
+                return;
+            }
         }
-        send(ws_token_frame(e));
-        last_token_ = e;
-        last_token_valid_ = true;
+        if (!push(ws_token_frame(e))) return;
+        open_tokens_[e.id] = OpenTokens{front_seq_ + queue_.size() - 1, e};
     }
     static constexpr size_t kCoalesceAfter = 64;  // queued frames before token frames are merged
 
-    void send(std::string frame) {
-        if (closing_) return;
-        last_token_valid_ = false;  // whatever is queued last now, it is not that token frame
+    // A frame that ends a generation's stream (done, error): its tokens can
+    // no longer be merged into earlier frames.
+    void send_final(const std::string& id, std::string frame) {
+        open_tokens_.erase(id);
+        send(std::move(frame));
+    }
+
+    void send(std::string frame) { push(std::move(frame)); }
+
+    // Queues a frame; false when the queue overflowed and the connection is closing.
+    bool push(std::string frame) {
+        if (closing_) return false;
         if (queue_.size() >= server_->opt.max_queued_frames) {
-            queue_.clear();
+            // Drop all but the front: async_write is still reading it.
+            queue_.erase(queue_.begin() + 1, queue_.end());
+            open_tokens_.clear();
             close(websocket::close_code::try_again_later, "the client reads too slowly; its send queue overflowed");
-            return;
+            return false;
         }
         queue_.push_back(std::move(frame));
         if (queue_.size() == 1) do_write();
+        return true;
     }
 
     void do_write() {
-        if (queue_.size() == 1) last_token_valid_ = false;  // the frame going out can no longer grow
         ws_.text(true);
         ws_.async_write(asio::buffer(queue_.front()), beast::bind_front_handler(&WsSession::on_write, shared_from_this()));
     }
@@ -372,9 +388,15 @@ private:
     void on_write(beast::error_code ec, size_t) {
         if (ec) {
             queue_.clear();
+            open_tokens_.clear();
             return;
         }
         queue_.pop_front();
+        ++front_seq_;
+        if (closing_) {
+            queue_.clear();  // nothing more goes out after the close frame
+            return;
+        }
         if (!queue_.empty()) do_write();
     }
 
@@ -389,11 +411,15 @@ private:
     std::shared_ptr<Server::Impl> server_;
     std::string connection_id_;     // "ws<n>": prefixes client ids in the log
     beast::flat_buffer buffer_;
-    std::deque<std::string> queue_;
+    std::deque<std::string> queue_;  // frames to write; the front is being written
+    uint64_t front_seq_ = 0;         // sequence number of queue_.front() (frames are numbered as queued)
+    struct OpenTokens {
+        uint64_t seq;                // its frame's sequence number
+        token_event event;           // what that frame holds
+    };
+    std::unordered_map<std::string, OpenTokens> open_tokens_;  // per generation: its last queued token frame
     std::unordered_map<std::string, Generation> generations_;
     bool closing_ = false;
-    token_event last_token_;        // the token frame last in queue_, while last_token_valid_
-    bool last_token_valid_ = false;
     uint64_t coalesced_ = 0;        // token events merged into queued frames
 };
 
@@ -839,6 +865,10 @@ void Server::Impl::do_accept() {
         if (ec) {
             if (!self->stopped) self->do_accept();
             return;
+        }
+        if (self->opt.socket_send_buffer > 0) {
+            beast::error_code sec;
+            socket.set_option(asio::socket_base::send_buffer_size(self->opt.socket_send_buffer), sec);
         }
         if (self->connections >= self->opt.max_connections) {
             // Over the limit: a short 503 on the way out.

@@ -32,6 +32,8 @@ struct ServerOptions {
     int32_t max_connections = 512;         // "max_connections": open connections at once (503 beyond)
     int32_t max_generations_per_connection = 8;  // WebSocket generations running at once on one connection
     size_t max_queued_frames = 4096;       // WebSocket frames waiting for a slow reader before it is closed (1013)
+    int32_t socket_send_buffer = 0;        // SO_SNDBUF of accepted connections in bytes; 0: the OS default (autotuned,
+                                           //   up to MiBs, which hides a slow reader from the queue above for long)
     int32_t read_timeout_s = 30;           // "read_timeout_s": a request's header and body must arrive within this
     int32_t idle_timeout_s = 120;          // "idle_timeout_s": an idle WebSocket is closed after this
     double low_acceptance_rate = 0.3;      // warn when a window's acceptance rate is below this

@@ -1,10 +1,12 @@
 // The network front end with a C++ Beast client over loopback: health,
 // models, a completion (equal to the runtime's own greedy output), SSE
 // framing, a WebSocket generation, errors with their status codes, and
-// draining (/health turns 503, new work is refused).
+// draining (/health turns 503, new work is refused), and slow readers
+// (nothing lost; closed with 1013 past the send-queue limit).
 #include <catch2/catch.hpp>
 
 #include <chrono>
+#include <map>
 #include <thread>
 
 #include <boost/asio.hpp>
@@ -159,4 +161,115 @@ TEST_CASE("HTTP and WebSocket on one port answer a real Beast client; draining t
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
     CHECK(s.kv_target_free == s.kv_target_blocks);
+}
+
+namespace {
+
+// A WebSocket client with a 4 KiB receive buffer (so the server's writes
+// back up as soon as it stops reading) that starts `n` greedy generations
+// of `max_tokens` tokens without speculation (one token per event).
+void start_generations(websocket::stream<tcp::socket>& ws, uint16_t port, int n, int max_tokens) {
+    ws.next_layer().open(tcp::v4());
+    ws.next_layer().set_option(asio::socket_base::receive_buffer_size(4096));
+    ws.next_layer().connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port));
+    ws.handshake("127.0.0.1", "/v1/ws");
+    for (int i = 0; i < n; ++i) {
+        const json g = {{"type", "generate"},       {"id", "s" + std::to_string(i)},
+                        {"prompt", "Once upon a time"}, {"max_tokens", max_tokens},
+                        {"temperature", 0},         {"speculative", {{"enabled", false}}}};
+        ws.write(asio::buffer(g.dump()));
+    }
+}
+
+}  // namespace
+
+TEST_CASE("a WebSocket client that stops reading loses no token; one whose send queue overflows is closed with 1013 and its blocks come back",
+          "[net]") {
+    REQUIRE(test::model_exists("stories15M-f32.gguf"));
+    StandaloneRuntime host(config());
+    constexpr int kGenerations = 8, kTokens = 240;  // 8 x 240 token frames: far more than the socket buffers hold
+    generate_request direct;
+    direct.prompt = "Once upon a time";
+    direct.max_tokens = kTokens;
+    direct.sampling.temperature = 0.0f;
+    direct.speculative = 0;
+    const GenerateResult expected = host.runtime().generate(direct);
+    REQUIRE(expected.ok);
+
+    SECTION("a slow reader gets every generation whole once it reads") {
+        net::ServerOptions opt;
+        opt.port = 0;
+        opt.socket_send_buffer = 4096;  // so the frames back up in the server's queue, not the kernel's
+        net::Server server(host.runtime(), opt);
+        const uint16_t port = server.start();
+        asio::io_context ioc;
+        websocket::stream<tcp::socket> ws(ioc);
+        start_generations(ws, port, kGenerations, kTokens);
+        std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // the generations run on; nobody reads
+        std::map<std::string, std::string> text;
+        std::map<std::string, int> tokens;
+        int done = 0, frames = 0;
+        while (done < kGenerations) {
+            beast::flat_buffer buf;
+            ws.read(buf);
+            ++frames;
+            const json f = json::parse(beast::buffers_to_string(buf.data()));
+            REQUIRE(f["type"] != "error");
+            const std::string id = f["id"];
+            if (f["type"] == "token") {
+                text[id] += f["text"].get<std::string>();
+                tokens[id] += static_cast<int>(f["token_ids"].size());
+            } else if (f["type"] == "done") {
+                ++done;
+                CHECK(f["usage"]["completion_tokens"] == kTokens);
+            }
+        }
+        for (int i = 0; i < kGenerations; ++i) {
+            const std::string id = "s" + std::to_string(i);
+            CHECK(tokens[id] == kTokens);
+            CHECK(text[id] == expected.text);
+        }
+        // Coalesced frames carry several tokens: fewer frames than tokens.
+        CHECK(frames < kGenerations * (kTokens + 1));
+        ws.close(websocket::close_code::normal);
+        server.stop();
+    }
+
+    SECTION("past max_queued_frames the reader is closed with 1013, its generations are cancelled, others are served") {
+        net::ServerOptions opt;
+        opt.port = 0;
+        opt.max_queued_frames = 16;  // below the coalescing threshold: nothing merges, the queue overflows
+        opt.socket_send_buffer = 4096;
+        net::Server server(host.runtime(), opt);
+        const uint16_t port = server.start();
+        asio::io_context ioc;
+        websocket::stream<tcp::socket> ws(ioc);
+        start_generations(ws, port, kGenerations, kTokens);
+        std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+        beast::error_code ec;
+        int frames = 0;
+        for (;;) {
+            beast::flat_buffer buf;
+            ws.read(buf, ec);
+            if (ec) break;
+            ++frames;
+        }
+        CHECK(ec == websocket::error::closed);
+        CHECK(ws.reason().code == websocket::close_code::try_again_later);
+        CHECK(std::string(ws.reason().reason.c_str()).find("reads too slowly") != std::string::npos);
+        CHECK(frames < kGenerations * (kTokens + 1));
+        // The cancelled generations give their blocks back, and the server
+        // goes on serving other clients.
+        runtime_stats s;
+        for (int i = 0; i < 500; ++i) {
+            s = host.runtime().stats();
+            if (s.kv_target_free == s.kv_target_blocks && s.running == 0) break;
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        }
+        CHECK(s.kv_target_free == s.kv_target_blocks);
+        const Reply after = call(port, http::verb::post, "/v1/completions",
+                                 R"({"prompt":"Once upon a time","max_tokens":8,"temperature":0})");
+        CHECK(after.status == 200);
+        server.stop();
+    }
 }
