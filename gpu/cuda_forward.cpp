@@ -1,7 +1,10 @@
 #include "gpu/cuda_forward.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <iostream>
+#include <string_view>
 
 #include "gpu/kernels.h"
 
@@ -79,6 +82,7 @@ std::unique_ptr<PagedKvCache> CudaForward::make_kv_cache(const KvCacheShape& sha
     packed_host_ = PinnedBuffer(capacity * sizeof(int32_t));
     layout_.packed.reserve(capacity);
     kv_owner_ = kv.get();
+    graphs_.clear();  // they point at the previous pools and layout buffer
     return kv;
 }
 
@@ -106,6 +110,93 @@ int32_t CudaForward::run(PagedKvCache& kv, std::span<const BatchItem> items) {
     cudaStream_t s = stream_.get();
     start_.record(stream_);
     SPECD_CUDA_CHECK(cudaMemcpyAsync(packed_.as(), packed_host_.as(), packed_bytes, cudaMemcpyHostToDevice, s));
+    dispatch(kv.shape());
+    return r;
+}
+
+bool CudaForward::graphs_from_environment() {
+    const char* value = std::getenv("SPECD_CUDA_GRAPHS");
+    if (!value) return true;
+    const std::string_view v(value);
+    return !(v == "0" || v == "off" || v == "false");
+}
+
+void CudaForward::set_graphs(bool on) {
+    graphs_on_ = on;
+    graphs_.clear();
+    if (on) graphs_off_reason_.clear();
+}
+
+void CudaForward::set_graph_policy(const GraphPolicy& policy) {
+    graph_policy_ = policy;
+    graphs_ = GraphCache<GraphExec>(policy.capacity);
+}
+
+void CudaForward::dispatch(const KvCacheShape& shape) {
+    const std::optional<GraphKey> key = graphs_on_ ? graph_key(layout_, shape.max_seq_len, graph_policy_) : std::nullopt;
+    if (!key) {
+        ++graph_stats_.eager;
+        enqueue_forward(shape, layout_.max_positions);
+        return;
+    }
+    switch (graphs_.plan(*key)) {
+        case GraphCache<GraphExec>::Action::Replay:
+            graphs_.find(*key)->launch(stream_);
+            ++graph_stats_.replays;
+            return;
+        case GraphCache<GraphExec>::Action::Warmup:
+            ++graph_stats_.warmups;
+            enqueue_forward(shape, key->positions);
+            return;
+        case GraphCache<GraphExec>::Action::Capture:
+            break;
+    }
+    GraphExec exec;
+    try {
+        exec = capture(shape, key->positions);
+    } catch (const std::exception& e) {
+        // Nothing of this step has run: turn graphs off and run it eagerly.
+        (void)cudaGetLastError();  // a failed capture must not fail the eager launches' checks
+        graphs_on_ = false;
+        graphs_.clear();
+        graphs_off_reason_ = e.what();
+        std::cerr << "specd: " << name() << ": CUDA graph capture failed, running without graphs: " << e.what() << "\n";
+        ++graph_stats_.eager;
+        enqueue_forward(shape, layout_.max_positions);
+        return;
+    }
+    exec.launch(stream_);
+    ++graph_stats_.captures;
+    if (graphs_.insert(*key, std::move(exec))) ++graph_stats_.evictions;
+}
+
+GraphExec CudaForward::capture(const KvCacheShape& shape, int32_t positions) {
+    cudaStream_t s = stream_.get();
+    // Relaxed: the attention launcher may set a kernel attribute (not a
+    // stream operation) while capturing; other threads' streams are not affected.
+    SPECD_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
+    try {
+        enqueue_forward(shape, positions);
+    } catch (...) {
+        cudaGraph_t partial = nullptr;
+        (void)cudaStreamEndCapture(s, &partial);  // leaves capture mode whatever happened
+        if (partial) (void)cudaGraphDestroy(partial);
+        (void)cudaGetLastError();
+        throw;
+    }
+    cudaGraph_t graph = nullptr;
+    SPECD_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
+    struct GraphOwner {
+        cudaGraph_t graph;
+        ~GraphOwner() { (void)cudaGraphDestroy(graph); }
+    } owner{graph};  // the instantiated exec does not need the graph afterwards
+    return GraphExec(graph);
+}
+
+void CudaForward::enqueue_forward(const KvCacheShape& ks, int32_t positions) {
+    const LlamaHparams& hp = weights_->hparams();
+    const int32_t m = layout_.n_rows, r = layout_.n_out;
+    cudaStream_t s = stream_.get();
     const int32_t* packed = packed_.as<int32_t>();
 
     const int32_t dim = hp.dim, kvd = hp.kv_dim(), ffn = hp.ffn_dim, qkv_ld = dim + 2 * kvd;
@@ -117,7 +208,6 @@ int32_t CudaForward::run(PagedKvCache& kv, std::span<const BatchItem> items) {
     rows.block_table = packed + layout_.at.block_table;
     rows.table_stride = layout_.table_stride;
     const HeadShape heads{hp.n_heads, hp.n_kv_heads, hp.head_dim, hp.rope_dim / 2};
-    const KvCacheShape& ks = kv.shape();
     const KvPoolView pool{k_pool_.as<uint16_t>(), v_pool_.as<uint16_t>(), ht, ks.n_layers, ks.block_size, ks.kv_dim};
 
     float* x = x_.as<float>();
@@ -131,7 +221,7 @@ int32_t CudaForward::run(PagedKvCache& kv, std::span<const BatchItem> items) {
         launch_rms_norm_to_half(x, L.attn_norm.as<float>(), nullptr, m, dim, hp.rms_eps, ht, act, s);
         gemm(act, L.wqkv.as<uint16_t>(), qkv, m, qkv_ld, dim, 0.0f);
         launch_rope_store_kv(qkv, qkv_ld, rows, heads, weights_->rope_cos(), weights_->rope_sin(), pool, l, s);
-        launch_paged_attention(qkv, qkv_ld, rows, heads, pool, l, layout_.max_positions, ht, act, s);
+        launch_paged_attention(qkv, qkv_ld, rows, heads, pool, l, positions, ht, act, s);
         gemm(act, L.wo.as<uint16_t>(), x, m, dim, dim, 1.0f);  // x += attention · wo^T
         launch_rms_norm_to_half(x, L.ffn_norm.as<float>(), nullptr, m, dim, hp.rms_eps, ht, act, s);
         gemm(act, L.w_gate_up.as<uint16_t>(), gate_up, m, 2 * ffn, dim, 0.0f);
@@ -141,7 +231,6 @@ int32_t CudaForward::run(PagedKvCache& kv, std::span<const BatchItem> items) {
     launch_rms_norm_to_half(x, weights_->output_norm(), packed + layout_.at.out_row, r, dim, hp.rms_eps, ht,
                             out_act_.as<uint16_t>(), s);
     gemm(out_act_.as<uint16_t>(), weights_->classifier(), logits_.as<float>(), r, hp.n_vocab, dim, 0.0f);
-    return r;
 }
 
 void CudaForward::finish(PagedKvCache& kv, std::span<const BatchItem> items) {

@@ -9,6 +9,12 @@
 // backend made lives in VRAM, indexed by the host cache's block ids.
 // All device memory is allocated in the constructor and make_kv_cache();
 // forward() allocates nothing.
+// Steps of at most GraphPolicy::max_rows tokens (decode, verification) run
+// as CUDA graphs: the second time a batch shape is seen its step is captured,
+// and later steps of that shape replay it with one launch (gpu/graph_cache.h).
+// On by default; SPECD_CUDA_GRAPHS=0 (or set_graphs(false)) turns them off.
+// A capture that fails turns them off for this backend, with one line on
+// stderr, and the step runs without a graph.
 #pragma once
 
 #include <memory>
@@ -20,6 +26,7 @@
 #include "gpu/batch_layout.h"
 #include "gpu/cuda_handles.h"
 #include "gpu/device_model.h"
+#include "gpu/graph_cache.h"
 
 namespace specd::gpu {
 
@@ -63,6 +70,18 @@ public:
     const Event& last_start() const { return start_; }
     const Event& last_end() const { return end_; }
 
+    // CUDA graphs for small steps (see above). Turning them off or on drops
+    // the cached graphs. graphs_off_reason() says why a capture failure
+    // turned them off ("" otherwise).
+    void set_graphs(bool on);
+    // Which steps get graphs (GraphPolicy's defaults unless set); drops the cached graphs.
+    void set_graph_policy(const GraphPolicy& policy);
+    bool graphs() const { return graphs_on_; }
+    const GraphStats& graph_stats() const { return graph_stats_; }
+    const std::string& graphs_off_reason() const { return graphs_off_reason_; }
+    // SPECD_CUDA_GRAPHS from the environment: false for "0", "off", "false"; true otherwise (also unset).
+    static bool graphs_from_environment();
+
 private:
     // Validates and plans the batch, runs it; logits stay on the device
     // (logits_, n_out rows). Returns n_out.
@@ -70,6 +89,14 @@ private:
     // C (m_rows, n_out) f32 = A (m_rows, k) 16-bit · W (n_out, k)^T 16-bit + beta * C.
     void gemm(const uint16_t* a, const uint16_t* w, float* c, int32_t m_rows, int32_t n_out, int32_t k, float beta);
     void finish(PagedKvCache& kv, std::span<const BatchItem> items);
+    // Enqueues the layers and the classifier of the planned batch (layout_,
+    // already uploaded to packed_) on the stream; `positions` >= layout_.max_positions
+    // sizes the attention's shared memory.
+    void enqueue_forward(const KvCacheShape& shape, int32_t positions);
+    // enqueue_forward under stream capture, instantiated. Nothing runs.
+    GraphExec capture(const KvCacheShape& shape, int32_t positions);
+    // Runs the planned batch: a cached graph, a new capture, or eagerly.
+    void dispatch(const KvCacheShape& shape);
 
     std::shared_ptr<const DeviceModel> weights_;
     const LlamaModel* model_;
@@ -101,6 +128,14 @@ private:
     DeviceBuffer packed_;        // (packed_capacity) int32: the batch layout
     PinnedBuffer packed_host_;   // (packed_capacity) int32 staging for the one upload
     BatchLayout layout_;
+
+    // CUDA graphs of small steps; they point into the buffers above, so
+    // make_kv_cache() clears them.
+    GraphPolicy graph_policy_;
+    GraphCache<GraphExec> graphs_{GraphPolicy{}.capacity};
+    GraphStats graph_stats_;
+    bool graphs_on_ = graphs_from_environment();
+    std::string graphs_off_reason_;
 };
 
 }  // namespace specd::gpu

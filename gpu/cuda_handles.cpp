@@ -81,12 +81,33 @@ float Event::ms_since(const Event& earlier) const {
     return ms;
 }
 
-CublasHandle::CublasHandle(const Stream& stream) {
+GraphExec::GraphExec(cudaGraph_t graph) { SPECD_CUDA_CHECK(cudaGraphInstantiate(&exec_, graph, 0)); }
+GraphExec::~GraphExec() {
+    if (exec_) (void)cudaGraphExecDestroy(exec_);
+}
+GraphExec& GraphExec::operator=(GraphExec&& other) noexcept {
+    if (this != &other) {
+        if (exec_) (void)cudaGraphExecDestroy(exec_);
+        exec_ = std::exchange(other.exec_, nullptr);
+    }
+    return *this;
+}
+void GraphExec::launch(const Stream& stream) const {
+    if (!exec_) throw Error("cuda: launch of an empty graph");
+    SPECD_CUDA_CHECK(cudaGraphLaunch(exec_, stream.get()));
+}
+
+CublasHandle::CublasHandle(const Stream& stream, size_t workspace_bytes) {
     SPECD_CUBLAS_CHECK(cublasCreate(&handle_));
-    const cublasStatus_t set = cublasSetStream(handle_, stream.get());
-    if (set != CUBLAS_STATUS_SUCCESS) {
+    try {
+        SPECD_CUBLAS_CHECK(cublasSetStream(handle_, stream.get()));
+        if (workspace_bytes > 0) {
+            workspace_ = DeviceBuffer(workspace_bytes);
+            SPECD_CUBLAS_CHECK(cublasSetWorkspace(handle_, workspace_.as(), workspace_bytes));
+        }
+    } catch (...) {
         (void)cublasDestroy(handle_);
-        throw_cublas_error(set, "cublasSetStream(handle_, stream.get())", __FILE__, __LINE__);
+        throw;
     }
 }
 CublasHandle::~CublasHandle() {

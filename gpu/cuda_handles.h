@@ -142,10 +142,30 @@ private:
     cudaEvent_t event_ = nullptr;
 };
 
-// A cuBLAS handle bound to one stream.
+// An instantiated CUDA graph (cudaGraphExec_t), made from a captured graph
+// that the caller still owns and destroys. Movable, for GraphCache.
+class GraphExec {
+public:
+    GraphExec() = default;
+    explicit GraphExec(cudaGraph_t graph);
+    ~GraphExec();
+    GraphExec(GraphExec&& other) noexcept : exec_(std::exchange(other.exec_, nullptr)) {}
+    GraphExec& operator=(GraphExec&& other) noexcept;
+    GraphExec(const GraphExec&) = delete;
+    GraphExec& operator=(const GraphExec&) = delete;
+    void launch(const Stream& stream) const;
+
+private:
+    cudaGraphExec_t exec_ = nullptr;
+};
+
+// A cuBLAS handle bound to one stream, with a workspace of its own
+// (`workspace_bytes`, 32 MiB by default: NVIDIA's advice for Hopper) so that
+// GEMMs captured into CUDA graphs never make cuBLAS allocate.
 class CublasHandle {
 public:
-    explicit CublasHandle(const Stream& stream);
+    static constexpr size_t kDefaultWorkspaceBytes = size_t{32} << 20;
+    explicit CublasHandle(const Stream& stream, size_t workspace_bytes = kDefaultWorkspaceBytes);
     ~CublasHandle();
     CublasHandle(const CublasHandle&) = delete;
     CublasHandle& operator=(const CublasHandle&) = delete;
@@ -153,6 +173,7 @@ public:
 
 private:
     cublasHandle_t handle_ = nullptr;
+    DeviceBuffer workspace_;  // (workspace_bytes) bytes, cuBLAS's scratch
 };
 
 }  // namespace specd::gpu

@@ -7,8 +7,10 @@
 #      CMAKE_CUDA_ARCHITECTURES (default 90) into OUTDIR/build,
 #   2. runs gpu_check (every kernel against the CPU reference, the forward
 #      pass against the CPU logits on stories15M, greedy speculation == plain
-#      on the GPU, stream overlap by event timestamps) → OUTDIR/gpu_check.log,
-#   3. runs gpu_bench (stories15M decode tokens/s, verify(9)/decode(1) cost,
+#      on the GPU, stream overlap by event timestamps, CUDA-graph replay ==
+#      eager launches) → OUTDIR/gpu_check.log, then the whole-model checks
+#      again with SPECD_CUDA_GRAPHS=0 → OUTDIR/gpu_check_no_graphs.log,
+#   3. runs gpu_bench (stories15M decode tokens/s with graphs off and on, verify(9)/decode(1) cost,
 #      7B-shape random-weights decode and HBM share, 64 sessions spec on/off)
 #      → OUTDIR/gpu_bench.md,
 #   4. writes OUTDIR/summary.txt. Budget: under 8 minutes on an H200.
@@ -64,6 +66,16 @@ if [ $check_rc -eq 77 ]; then
   exit 77
 fi
 say "gpu_check exit $check_rc after $(( $(date +%s) - start )) s"
+
+# The whole-model checks again with CUDA graphs off (SPECD_CUDA_GRAPHS=0), so
+# the eager path is checked too: a failure only here or only above tells
+# which path is wrong.
+SPECD_CUDA_GRAPHS=0 timeout 120 "$build/bin/gpu_check" --models "$models" forward_logits greedy_speculative verifier_greedy \
+  >"$out/gpu_check_no_graphs.log" 2>&1
+eager_rc=$?
+cat "$out/gpu_check_no_graphs.log"
+say "gpu_check with CUDA graphs off exit $eager_rc after $(( $(date +%s) - start )) s"
+[ $check_rc -eq 0 ] && check_rc=$eager_rc
 
 timeout 240 "$build/bin/gpu_bench" --models "$models" >"$out/gpu_bench.md" 2>&1
 bench_rc=$?

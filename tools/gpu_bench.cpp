@@ -2,7 +2,8 @@
 // Markdown table for docs/BENCHMARKS.md. Needs a CUDA device; exit 77 when
 // there is none.
 //   gpu_bench [--models DIR] [--quick]
-// Rows: stories15M (f16) decode tokens/s at batch 1 and the cost of a
+// Rows: stories15M (f16) decode tokens/s at batch 1 (CUDA graphs off and
+// on, side by side) and the cost of a
 // verification pass of k+1 = 9 tokens relative to a 1-token step; the same
 // for a synthetic Llama-2-7B-shaped model with random weights made on the
 // device (throughput only) plus the HBM bandwidth share of its decode step
@@ -208,9 +209,14 @@ int main(int argc, char** argv) {
         {
             CudaForward fwd(tw, target.get());
             auto kv = fwd.make_kv_cache(fwd.kv_shape(256, 1));
+            fwd.set_graphs(false);
+            const StepCosts off = measure_steps(fwd, *kv, 32, quick ? 50 : 200, quick ? 20 : 100);
+            fwd.set_graphs(true);
             const StepCosts c = measure_steps(fwd, *kv, 32, quick ? 50 : 200, quick ? 20 : 100);
-            std::printf("| stories15M f16 | decode, batch 1 (context %d) | %.0f tokens/s (%.3f ms/step) |\n", c.context, 1000.0 / c.decode_ms,
-                        c.decode_ms);
+            std::printf("| stories15M f16 | decode, batch 1 (context %d), CUDA graphs off | %.0f tokens/s (%.3f ms/step) |\n", off.context,
+                        1000.0 / off.decode_ms, off.decode_ms);
+            std::printf("| stories15M f16 | decode, batch 1 (context %d), CUDA graphs on | %.0f tokens/s (%.3f ms/step; %.2fx off) |\n",
+                        c.context, 1000.0 / c.decode_ms, c.decode_ms, off.decode_ms / c.decode_ms);
             std::printf("| stories15M f16 | verify 9 tokens / decode 1 token (both with logits to the host) | %.2fx (%.3f / %.3f ms; goal <= 1.3x) |\n",
                         c.nine_ms / c.one_ms, c.nine_ms, c.one_ms);
         }
@@ -246,7 +252,12 @@ int main(int argc, char** argv) {
         shape.max_sequences = 1;
         shape.n_blocks = 1024 / 16;
         auto kv = fwd.make_kv_cache(shape);
+        fwd.set_graphs(false);
+        const StepCosts off = measure_steps(fwd, *kv, 32, quick ? 16 : 64, quick ? 5 : 20);
+        fwd.set_graphs(true);
         const StepCosts c = measure_steps(fwd, *kv, 32, quick ? 16 : 64, quick ? 5 : 20);
+        std::printf("| 7B shape f16 (random) | decode, batch 1, CUDA graphs off | %.1f tokens/s (%.2f ms/step; graphs on: %.2fx) |\n",
+                    1000.0 / off.decode_ms, off.decode_ms, off.decode_ms / c.decode_ms);
         const double kv_bytes = 2.0 * hp.n_layers * c.context * hp.kv_dim() * 2.0;  // K and V read once per step (f16)
         const double gbs = (static_cast<double>(w7->step_weight_bytes()) + kv_bytes) / (c.decode_ms * 1e-3) / 1e9;
         std::printf("| 7B shape f16 (random) | decode, batch 1 (context %d) | %.1f tokens/s (%.2f ms/step) |\n", c.context,

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <functional>
@@ -624,6 +625,103 @@ void check_stream_overlap(const Context& ctx, std::ostream& log) {
     expect(overlap > 0.5f * shorter, "the two streams' work did not overlap by half of the shorter span");
 }
 
+// The same calls through two backends on one set of weights, one replaying
+// CUDA graphs and one launching every kernel: the logits must agree (same
+// kernels, same GEMMs; only the attention's shared-memory size differs).
+void check_cuda_graphs(const Context& ctx, std::ostream& log) {
+    auto model = load_model(ctx, "stories15M-f32.gguf");
+    auto weights = DeviceModel::upload(*model, 0, HalfType::F16);
+    CudaForward eager(weights, model.get()), graphed(weights, model.get());
+    eager.set_graphs(false);
+    graphed.set_graphs(true);
+    GraphPolicy policy;
+    policy.position_step = 64;  // stories15M's context is 256: small buckets, so decoding crosses several
+    graphed.set_graph_policy(policy);
+    auto eager_kv = eager.make_kv_cache(eager.kv_shape(256, 2));
+    auto graphed_kv = graphed.make_kv_cache(graphed.kv_shape(256, 2));
+    const int32_t vocab = model->hparams().n_vocab;
+    float worst = 0.0f;
+    int32_t calls = 0;
+    // Runs `items` (sequence ids are the same in both caches) through both; returns the graphed logits.
+    auto both = [&](std::span<const BatchItem> items, const std::string& what) {
+        const std::span<const float> e = eager.forward(*eager_kv, items);
+        const std::vector<float> want(e.begin(), e.end());
+        const std::span<const float> g = graphed.forward(*graphed_kv, items);
+        expect(g.size() == want.size(), what + ": logit counts differ");
+        for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::fabs(g[i] - want[i]));
+        for (size_t r = 0; r < want.size() / static_cast<size_t>(vocab); ++r) {
+            const float* gr = g.data() + r * static_cast<size_t>(vocab);
+            const float* er = want.data() + r * static_cast<size_t>(vocab);
+            expect(std::max_element(gr, gr + vocab) - gr == std::max_element(er, er + vocab) - er,
+                   what + ": argmax differs in row " + std::to_string(r) + " at call " + std::to_string(calls));
+        }
+        ++calls;
+        return std::vector<float>(g.begin(), g.end());
+    };
+    auto argmax = [&](const std::vector<float>& rows, size_t row) {
+        const float* p = rows.data() + row * static_cast<size_t>(vocab);
+        return static_cast<int32_t>(std::max_element(p, p + vocab) - p);
+    };
+
+    const int32_t a = eager_kv->create_sequence();
+    expect(graphed_kv->create_sequence() == a, "the two caches gave different sequence ids");
+    const std::vector<int32_t> prompt = model->tokenizer().encode("Once upon a time, there was a little girl named", true);
+    BatchItem item{a, prompt, false};
+    std::vector<float> logits = both(std::span(&item, 1), "prompt");
+    // 180 greedy decode steps: through three position buckets, each captured anew.
+    std::vector<int32_t> out;
+    for (int32_t step = 0; step < 180; ++step) {
+        out.push_back(argmax(logits, 0));
+        item = BatchItem{a, std::span(&out.back(), 1), false};
+        logits = both(std::span(&item, 1), "decode step " + std::to_string(step));
+    }
+    // A second sequence, then batched decode of both (a new shape: two items).
+    const int32_t b = eager_kv->create_sequence();
+    expect(graphed_kv->create_sequence() == b, "the two caches gave different sequence ids");
+    const std::vector<int32_t> prompt_b = model->tokenizer().encode("The little dog", true);
+    item = BatchItem{b, prompt_b, false};
+    const std::vector<float> logits_b = both(std::span(&item, 1), "second prompt");
+    int32_t next[2] = {argmax(logits, 0), argmax(logits_b, 0)};
+    for (int32_t step = 0; step < 20; ++step) {
+        const BatchItem batch[2] = {{a, std::span(&next[0], 1), false}, {b, std::span(&next[1], 1), false}};
+        const std::vector<float> rows = both(batch, "batched decode step " + std::to_string(step));
+        next[0] = argmax(rows, 0);
+        next[1] = argmax(rows, 1);
+    }
+    // Verification-shaped steps: 9 tokens with every row's logits, rolled back each time.
+    const int32_t base = eager_kv->length(a);
+    const std::vector<int32_t> nine(out.end() - 9, out.end());
+    for (int32_t rep = 0; rep < 4; ++rep) {
+        item = BatchItem{a, nine, true};
+        both(std::span(&item, 1), "verification " + std::to_string(rep));
+        eager_kv->truncate(a, base);
+        graphed_kv->truncate(a, base);
+    }
+    const GraphStats& st = graphed.graph_stats();
+    log << "  " << calls << " calls, max |graphed - eager| logit " << worst << "; graphs: " << st.captures << " captured, "
+        << st.replays << " replays, " << st.warmups << " warm-up steps, " << st.eager << " eager\n";
+    log << "  decoded: " << model->tokenizer().decode(std::vector<int32_t>(out.begin(), out.begin() + 24)) << " ...\n";
+    expect(graphed.graphs(), "graphs were turned off: " + graphed.graphs_off_reason());
+    expect(st.captures >= 5 && st.replays >= 150, "too few graphs captured or replayed");
+    expect(eager.graph_stats().captures == 0 && eager.graph_stats().replays == 0, "the backend with graphs off used graphs");
+    expect(worst <= 1e-3f, "graph replay changed the logits by " + std::to_string(worst));
+
+    // Timing of plain decode steps with and without graphs (information; the benchmark has the figures).
+    for (CudaForward* fwd : {&eager, &graphed}) {
+        PagedKvCache& kv = fwd == &eager ? *eager_kv : *graphed_kv;
+        std::vector<int32_t> tok;
+        int32_t t = out.back();
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int32_t step = 0; step < 64; ++step) {
+            item = BatchItem{b, std::span(&t, 1), false};
+            fwd->forward_argmax(kv, std::span(&item, 1), tok);
+            t = tok.at(0);
+        }
+        const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / 64;
+        log << "  decode step with graphs " << (fwd == &eager ? "off" : "on") << ": " << ms << " ms\n";
+    }
+}
+
 }  // namespace
 
 const std::vector<Check>& all() {
@@ -639,6 +737,7 @@ const std::vector<Check>& all() {
         {"verifier_greedy", "batched greedy verification with only the argmax per row copied back equals the full-logits path",
          check_verifier_greedy},
         {"stream_overlap", "the verifier's and the draft's streams overlap (event timestamps)", check_stream_overlap},
+        {"cuda_graphs", "decode and verification steps replayed as CUDA graphs give the eager path's logits", check_cuda_graphs},
     };
     return checks;
 }

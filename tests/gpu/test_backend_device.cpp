@@ -44,3 +44,4 @@ TEST_CASE("gpu forward: logits match the CPU forward pass", "[gpu]") { run_devic
 TEST_CASE("gpu greedy: speculation on the GPU equals plain GPU decoding", "[gpu]") { run_device_check("greedy_speculative"); }
 TEST_CASE("gpu verifier: greedy steps bring back only the argmax per row, same outcomes", "[gpu]") { run_device_check("verifier_greedy"); }
 TEST_CASE("gpu streams: the verifier's and the draft's work overlap", "[gpu]") { run_device_check("stream_overlap"); }
+TEST_CASE("gpu graphs: replayed decode and verification steps give the eager logits", "[gpu]") { run_device_check("cuda_graphs"); }

@@ -2,9 +2,11 @@
 // every build: backend choice for --device, CUDA error text, weight
 // conversion to 16-bit, RoPE tables, the batch layout (block-table
 // packing, validation, all-or-nothing reservation), KV caches without host
-// storage, the backend factory on the CPU and the `device` config field.
+// storage, the backend factory on the CPU, the `device` config field and
+// the CUDA-graph policy (which steps replay a graph, the graph cache).
 #include <cmath>
 #include <cstring>
+#include <memory>
 
 #include <catch2/catch.hpp>
 
@@ -16,6 +18,7 @@
 #include "gpu/cuda_error.h"
 #include "gpu/device.h"
 #include "gpu/gpu_metrics.h"
+#include "gpu/graph_cache.h"
 #include "gpu/weight_convert.h"
 #include "support/models.h"
 
@@ -215,6 +218,78 @@ TEST_CASE("batch layout packs rows, logit rows and block tables", "[gpu-host]") 
     // Lengths move only when the caller says the device ran the batch.
     CHECK(kv.length(a) == 3);
     CHECK(kv.length(b) == 2);
+}
+
+TEST_CASE("graph keys: small steps get one, by shape and position bucket; long ones none", "[gpu-host]") {
+    BatchLayout l;
+    l.n_rows = 9;
+    l.n_out = 9;
+    l.n_items = 1;
+    l.max_positions = 130;
+    GraphPolicy policy;
+    policy.position_step = 64;
+    policy.max_rows = 16;
+    const auto key = graph_key(l, 256, policy);
+    REQUIRE(key);
+    CHECK(*key == GraphKey{9, 9, 1, 192});  // 130 rounded up to the bucket
+    // Every position of the bucket shares the key; the next bucket does not.
+    l.max_positions = 129;
+    CHECK(*graph_key(l, 256, policy) == *key);
+    l.max_positions = 193;
+    CHECK(graph_key(l, 256, policy)->positions == 256);
+    // The bucket never passes the cache's longest sequence, never falls below the batch's need.
+    l.max_positions = 250;
+    CHECK(graph_key(l, 250, policy)->positions == 250);
+    CHECK(graph_key(l, 200, policy)->positions == 250);
+    // A shape change is a new key.
+    l.max_positions = 130;
+    l.n_out = 1;
+    CHECK(!(*graph_key(l, 256, policy) == *key));
+    // Prefill-sized batches and empty ones run without a graph.
+    l.n_rows = 17;
+    CHECK(!graph_key(l, 256, policy));
+    l.n_rows = 0;
+    CHECK(!graph_key(l, 256, policy));
+}
+
+TEST_CASE("graph cache: warm up, then capture, then replay; least recently used goes first", "[gpu-host]") {
+    using Cache = GraphCache<std::unique_ptr<int>>;
+    Cache cache(2);
+    const GraphKey a{1, 1, 1, 256}, b{2, 2, 2, 256}, c{9, 9, 1, 256};
+    CHECK(cache.plan(a) == Cache::Action::Warmup);
+    CHECK(cache.find(a) == nullptr);
+    CHECK(cache.plan(a) == Cache::Action::Capture);
+    CHECK_FALSE(cache.insert(a, std::make_unique<int>(1)));
+    CHECK(cache.plan(a) == Cache::Action::Replay);
+    REQUIRE(cache.find(a) != nullptr);
+    CHECK(**cache.find(a) == 1);
+
+    CHECK(cache.plan(b) == Cache::Action::Warmup);
+    CHECK(cache.plan(b) == Cache::Action::Capture);
+    CHECK_FALSE(cache.insert(b, std::make_unique<int>(2)));
+    CHECK(cache.plan(a) == Cache::Action::Replay);  // a is now more recent than b
+    CHECK(cache.plan(c) == Cache::Action::Warmup);
+    CHECK(cache.plan(c) == Cache::Action::Capture);
+    CHECK(cache.insert(c, std::make_unique<int>(3)));  // full: b goes
+    CHECK(cache.size() == 2);
+    CHECK(cache.find(b) == nullptr);
+    CHECK(cache.find(a) != nullptr);
+    CHECK(cache.find(c) != nullptr);
+    // b must be seen twice again before it is captured anew.
+    CHECK(cache.plan(b) == Cache::Action::Warmup);
+
+    cache.clear();
+    CHECK(cache.size() == 0);
+    CHECK(cache.plan(a) == Cache::Action::Warmup);
+}
+
+TEST_CASE("graph cache: first sightings are remembered in bounded number", "[gpu-host]") {
+    using Cache = GraphCache<std::unique_ptr<int>>;
+    Cache cache(2);  // remembers 4 * 2 sightings
+    for (int32_t rows = 1; rows <= 9; ++rows) CHECK(cache.plan(GraphKey{rows, 1, 1, 64}) == Cache::Action::Warmup);
+    // The oldest sighting was forgotten, the newest is still there.
+    CHECK(cache.plan(GraphKey{1, 1, 1, 64}) == Cache::Action::Warmup);
+    CHECK(cache.plan(GraphKey{9, 1, 1, 64}) == Cache::Action::Capture);
 }
 
 TEST_CASE("batch layout refuses bad batches like the CPU forward pass", "[gpu-host]") {
