@@ -70,6 +70,10 @@ std::unique_ptr<PagedKvCache> CudaForward::make_kv_cache(const KvCacheShape& sha
         throw Error("cuda forward: the KV cache shape is for another model");
     }
     SPECD_CUDA_CHECK(cudaSetDevice(device_));
+    // First: the graphs point at the pools and the layout buffer about to be
+    // freed, and the old cache must not pass as this backend's if an allocation fails.
+    graphs_.clear();
+    kv_owner_ = nullptr;
     auto kv = std::make_unique<PagedKvCache>(shape, KvStorage::None);
     const size_t elements = static_cast<size_t>(shape.n_blocks) * shape.n_layers * shape.block_size * shape.kv_dim;
     k_pool_ = DeviceBuffer();  // free the previous pool first: two would not fit where one is sized to the budget
@@ -82,7 +86,6 @@ std::unique_ptr<PagedKvCache> CudaForward::make_kv_cache(const KvCacheShape& sha
     packed_host_ = PinnedBuffer(capacity * sizeof(int32_t));
     layout_.packed.reserve(capacity);
     kv_owner_ = kv.get();
-    graphs_.clear();  // they point at the previous pools and layout buffer
     return kv;
 }
 
@@ -133,7 +136,10 @@ void CudaForward::set_graph_policy(const GraphPolicy& policy) {
 }
 
 void CudaForward::dispatch(const KvCacheShape& shape) {
-    const std::optional<GraphKey> key = graphs_on_ ? graph_key(layout_, shape.max_seq_len, graph_policy_) : std::nullopt;
+    // The attention's shared memory, (head_dim + positions + 32) floats, within the default 48 KiB.
+    const int32_t max_graph_positions = 48 * 1024 / static_cast<int32_t>(sizeof(float)) - weights_->hparams().head_dim - 32;
+    const std::optional<GraphKey> key =
+        graphs_on_ ? graph_key(layout_, shape.max_seq_len, graph_policy_, max_graph_positions) : std::nullopt;
     if (!key) {
         ++graph_stats_.eager;
         enqueue_forward(shape, layout_.max_positions);
@@ -141,7 +147,14 @@ void CudaForward::dispatch(const KvCacheShape& shape) {
     }
     switch (graphs_.plan(*key)) {
         case GraphCache<GraphExec>::Action::Replay:
-            graphs_.find(*key)->launch(stream_);
+            try {
+                graphs_.find(*key)->launch(stream_);
+            } catch (const std::exception& e) {
+                // Not enqueued: drop the graphs and run the step eagerly (a sticky error fails that too).
+                turn_graphs_off("replay", e.what());
+                enqueue_forward(shape, layout_.max_positions);
+                return;
+            }
             ++graph_stats_.replays;
             return;
         case GraphCache<GraphExec>::Action::Warmup:
@@ -154,20 +167,24 @@ void CudaForward::dispatch(const KvCacheShape& shape) {
     GraphExec exec;
     try {
         exec = capture(shape, key->positions);
+        exec.launch(stream_);
     } catch (const std::exception& e) {
         // Nothing of this step has run: turn graphs off and run it eagerly.
-        (void)cudaGetLastError();  // a failed capture must not fail the eager launches' checks
-        graphs_on_ = false;
-        graphs_.clear();
-        graphs_off_reason_ = e.what();
-        std::cerr << "specd: " << name() << ": CUDA graph capture failed, running without graphs: " << e.what() << "\n";
-        ++graph_stats_.eager;
+        turn_graphs_off("capture", e.what());
         enqueue_forward(shape, layout_.max_positions);
         return;
     }
-    exec.launch(stream_);
     ++graph_stats_.captures;
     if (graphs_.insert(*key, std::move(exec))) ++graph_stats_.evictions;
+}
+
+void CudaForward::turn_graphs_off(const char* what, const std::string& reason) {
+    (void)cudaGetLastError();  // a failed capture or launch must not fail the eager launches' checks
+    graphs_on_ = false;
+    graphs_.clear();
+    graphs_off_reason_ = std::string(what) + ": " + reason;
+    ++graph_stats_.eager;
+    std::cerr << "specd: " << name() << ": CUDA graph " << what << " failed, running without graphs: " << reason << "\n";
 }
 
 GraphExec CudaForward::capture(const KvCacheShape& shape, int32_t positions) {

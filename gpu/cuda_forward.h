@@ -97,6 +97,8 @@ private:
     GraphExec capture(const KvCacheShape& shape, int32_t positions);
     // Runs the planned batch: a cached graph, a new capture, or eagerly.
     void dispatch(const KvCacheShape& shape);
+    // After a failed capture or replay (`what`): graphs off, cache dropped, one line on stderr.
+    void turn_graphs_off(const char* what, const std::string& reason);
 
     std::shared_ptr<const DeviceModel> weights_;
     const LlamaModel* model_;

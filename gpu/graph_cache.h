@@ -47,12 +47,18 @@ struct GraphPolicy {
 };
 
 // The key of a planned batch, or nothing when it should run without a graph.
-// `max_seq_len` caps the position bucket (no row attends past it).
-inline std::optional<GraphKey> graph_key(const BatchLayout& layout, int32_t max_seq_len, const GraphPolicy& policy) {
+// `max_seq_len` caps the position bucket (no row attends past it). Steps
+// whose bucket exceeds `max_graph_positions` get no graph: the backend sets
+// it so that the attention's shared memory stays within the default limit,
+// since raising a kernel's limit is process-wide state a graph would depend on.
+inline std::optional<GraphKey> graph_key(const BatchLayout& layout, int32_t max_seq_len, const GraphPolicy& policy,
+                                         int32_t max_graph_positions) {
     if (layout.n_rows <= 0 || layout.n_rows > policy.max_rows || policy.position_step <= 0) return std::nullopt;
     const int32_t step = policy.position_step;
     const int32_t rounded = (layout.max_positions + step - 1) / step * step;
-    return GraphKey{layout.n_rows, layout.n_out, layout.n_items, std::max(layout.max_positions, std::min(rounded, max_seq_len))};
+    const int32_t positions = std::max(layout.max_positions, std::min(rounded, max_seq_len));
+    if (positions > max_graph_positions) return std::nullopt;
+    return GraphKey{layout.n_rows, layout.n_out, layout.n_items, positions};
 }
 
 // Counters of what the backend did with eligible and other steps.

@@ -866,8 +866,12 @@ void Server::Impl::do_accept() {
             if (!self->stopped) self->do_accept();
             return;
         }
+        beast::error_code sec;
+        // Token events are small writes in quick succession: without this,
+        // Nagle holds each one back until the client ACKs the previous one,
+        // and the client delays its ACKs (milliseconds added to TTFT and ITL).
+        socket.set_option(tcp::no_delay(true), sec);
         if (self->opt.socket_send_buffer > 0) {
-            beast::error_code sec;
             socket.set_option(asio::socket_base::send_buffer_size(self->opt.socket_send_buffer), sec);
         }
         if (self->connections >= self->opt.max_connections) {

@@ -229,27 +229,30 @@ TEST_CASE("graph keys: small steps get one, by shape and position bucket; long o
     GraphPolicy policy;
     policy.position_step = 64;
     policy.max_rows = 16;
-    const auto key = graph_key(l, 256, policy);
+    const auto key = graph_key(l, 256, policy, 1 << 20);
     REQUIRE(key);
     CHECK(*key == GraphKey{9, 9, 1, 192});  // 130 rounded up to the bucket
     // Every position of the bucket shares the key; the next bucket does not.
     l.max_positions = 129;
-    CHECK(*graph_key(l, 256, policy) == *key);
+    CHECK(*graph_key(l, 256, policy, 1 << 20) == *key);
     l.max_positions = 193;
-    CHECK(graph_key(l, 256, policy)->positions == 256);
+    CHECK(graph_key(l, 256, policy, 1 << 20)->positions == 256);
     // The bucket never passes the cache's longest sequence, never falls below the batch's need.
     l.max_positions = 250;
-    CHECK(graph_key(l, 250, policy)->positions == 250);
-    CHECK(graph_key(l, 200, policy)->positions == 250);
+    CHECK(graph_key(l, 250, policy, 1 << 20)->positions == 250);
+    CHECK(graph_key(l, 200, policy, 1 << 20)->positions == 250);
     // A shape change is a new key.
     l.max_positions = 130;
     l.n_out = 1;
-    CHECK(!(*graph_key(l, 256, policy) == *key));
+    CHECK(!(*graph_key(l, 256, policy, 1 << 20) == *key));
+    // A bucket past the backend's shared-memory bound gets no graph; at the bound it does.
+    CHECK(!graph_key(l, 256, policy, 191));
+    CHECK(graph_key(l, 256, policy, 192));
     // Prefill-sized batches and empty ones run without a graph.
     l.n_rows = 17;
-    CHECK(!graph_key(l, 256, policy));
+    CHECK(!graph_key(l, 256, policy, 1 << 20));
     l.n_rows = 0;
-    CHECK(!graph_key(l, 256, policy));
+    CHECK(!graph_key(l, 256, policy, 1 << 20));
 }
 
 TEST_CASE("graph cache: warm up, then capture, then replay; least recently used goes first", "[gpu-host]") {
