@@ -208,6 +208,7 @@ struct verifier_state {
 verifier_actor::behavior_type verifier_fun(verifier_actor::stateful_pointer<verifier_state> self,
                                            std::shared_ptr<RuntimeShared> rt) {
     auto& st = self->state;
+    if (rt->config.compute_nice != 0) ThreadPool::set_current_thread_nice(rt->config.compute_nice);
     ForwardOptions fo;
     fo.max_batch_tokens = rt->config.max_step_tokens;
     fo.max_logit_rows = std::min(rt->config.max_step_tokens, rt->config.max_sequences * (rt->config.draft_max + 1));
@@ -303,6 +304,7 @@ struct draft_state {
 
 draft_actor::behavior_type draft_fun(draft_actor::stateful_pointer<draft_state> self, std::shared_ptr<RuntimeShared> rt) {
     auto& st = self->state;
+    if (rt->config.compute_nice != 0) ThreadPool::set_current_thread_nice(rt->config.compute_nice);
     self->set_down_handler([self](caf::down_msg& dm) {
         auto it = self->state.remote_owners.find(dm.source);
         if (it == self->state.remote_owners.end()) return;
@@ -1385,7 +1387,7 @@ std::shared_ptr<RuntimeShared> build_shared(caf::actor_system& system, const Run
     if (build == Build::gateway) return rt;  // no compute here
 
     const int threads = config.threads_target > 0 ? config.threads_target : ThreadPool::hardware_threads();
-    if (rt->target) rt->target_pool = std::make_unique<ThreadPool>(threads);
+    if (rt->target) rt->target_pool = std::make_unique<ThreadPool>(threads, config.compute_nice);
     // The draft gets its own pool, so its phase of some sessions overlaps
     // the verify phase of others; by default as wide as the target's (when
     // the phases don't overlap, each gets every core). Unless the two would
@@ -1399,7 +1401,7 @@ std::shared_ptr<RuntimeShared> build_shared(caf::actor_system& system, const Run
         if (config.threads_draft == 0 && rt->target_pool && threads + draft_threads > ThreadPool::hardware_threads()) {
             draft_pool = rt->target_pool.get();
         } else {
-            rt->draft_pool = std::make_unique<ThreadPool>(draft_threads);
+            rt->draft_pool = std::make_unique<ThreadPool>(draft_threads, config.compute_nice);
             draft_pool = rt->draft_pool.get();
         }
     }

@@ -96,6 +96,10 @@ const std::vector<Entry>& entries() {
         add({.key = "threads_draft", .env = "SPECD_THREADS_DRAFT", .flag = "--threads-draft",
              .help = "draft compute threads (0: as the target's; sharing its pool when both would exceed the machine's threads)", .kind = Kind::integer, .min = 0, .max = 256},
             &RuntimeConfig::threads_draft);
+        add({.key = "compute_nice", .env = "SPECD_COMPUTE_NICE", .flag = "--compute-nice",
+             .help = "nice value of the compute threads, so network threads preempt them (0: unchanged)", .kind = Kind::integer,
+             .min = 0, .max = 19},
+            &RuntimeConfig::compute_nice);
         add({.key = "device", .env = "SPECD_DEVICE", .flag = "--device",
              .help = "where the models run: auto (a CUDA GPU when one is usable, else the CPU), cpu or cuda", .kind = Kind::choice,
              .choices = {"auto", "cpu", "cuda"}},

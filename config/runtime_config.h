@@ -53,6 +53,9 @@ struct RuntimeConfig {
     int64_t memory_budget_bytes = 0;   // "memory_budget_bytes" / SPECD_MEMORY_BUDGET: 0: the machine's available RAM
     int32_t threads_target = 0;        // "threads" / SPECD_THREADS: target compute threads; 0: all hardware threads
     int32_t threads_draft = 0;         // "threads_draft" / SPECD_THREADS_DRAFT: draft compute threads (its own pool); 0: as many as the target's in a pool of its own when both fit the machine's hardware threads, else the target's pool, shared (the phases take turns)
+    int32_t compute_nice = 5;          // "compute_nice" / SPECD_COMPUTE_NICE: nice value of the compute threads (pool workers,
+                                       //   verifier, draft; 0..19, 0: unchanged), so that the network and session
+                                       //   threads' short bursts preempt them at once instead of waiting for a time slice
     std::string device = "auto";       // "device" / SPECD_DEVICE: auto (CUDA GPU 0 when usable, else the CPU), cpu or cuda
                                        //   (cuda without a usable GPU refuses to start)
     int32_t prefill_chunk = 128;       // "prefill_chunk" / SPECD_PREFILL_CHUNK: prompt tokens per verifier step

@@ -2,6 +2,12 @@
 
 #include <algorithm>
 
+#if defined(__linux__)
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define SPECD_CPU_RELAX() _mm_pause()
@@ -18,9 +24,23 @@ namespace {
 constexpr int kSpinRounds = 1 << 11;
 }  // namespace
 
-ThreadPool::ThreadPool(int n_threads) : n_threads_(std::max(1, n_threads)) {
+ThreadPool::ThreadPool(int n_threads, int worker_nice) : n_threads_(std::max(1, n_threads)) {
     workers_.reserve(n_threads_ - 1);
-    for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+    for (int i = 1; i < n_threads_; ++i) {
+        workers_.emplace_back([this, i, worker_nice] {
+            if (worker_nice != 0) (void)set_current_thread_nice(worker_nice);
+            worker_loop(i);
+        });
+    }
+}
+
+bool ThreadPool::set_current_thread_nice(int nice) {
+#if defined(__linux__)
+    return setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), nice) == 0;
+#else
+    (void)nice;
+    return false;
+#endif
 }
 
 ThreadPool::~ThreadPool() {

@@ -14,8 +14,9 @@ namespace specd {
 
 class ThreadPool {
 public:
-    // n_threads: total threads including the caller (>= 1).
-    explicit ThreadPool(int n_threads);
+    // n_threads: total threads including the caller (>= 1). `worker_nice`
+    // (default 0: unchanged) is applied to each worker thread at start.
+    explicit ThreadPool(int n_threads, int worker_nice = 0);
     ~ThreadPool();
     ThreadPool(const ThreadPool&) = delete;
     ThreadPool& operator=(const ThreadPool&) = delete;
@@ -35,6 +36,10 @@ public:
 
     // Threads the hardware offers (at least 1).
     static int hardware_threads();
+
+    // Sets the calling thread's nice value (Linux: per thread). Raising it
+    // needs no privilege; returns false where the system refused.
+    static bool set_current_thread_nice(int nice);
 
 private:
     using JobFn = void (*)(void* ctx, int ith, int nth);

@@ -1,7 +1,13 @@
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <vector>
+
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "engine/thread_pool.h"
 
@@ -50,4 +56,27 @@ TEST_CASE("thread pool barrier orders phases: every write before it is seen afte
         });
     }
     CHECK(mismatches == 0);
+}
+
+TEST_CASE("thread pool workers run at the nice value given; the caller keeps its own", "[pool]") {
+    const auto own_nice = [] {
+        errno = 0;
+        return getpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)));
+    };
+    const int caller_before = own_nice();
+    const int wanted = std::min(caller_before + 3, 19);  // raising nice needs no privilege
+    ThreadPool pool(3, wanted);
+    std::vector<int> seen(3, -100);
+    pool.run([&](int ith, int) { seen[static_cast<size_t>(ith)] = own_nice(); });
+    CHECK(seen[0] == caller_before);
+    CHECK(seen[1] == wanted);
+    CHECK(seen[2] == wanted);
+    CHECK(own_nice() == caller_before);
+
+    ThreadPool unchanged(2);  // 0: workers keep the creator's value
+    int worker = -100;
+    unchanged.run([&](int ith, int) {
+        if (ith == 1) worker = own_nice();
+    });
+    CHECK(worker == caller_before);
 }

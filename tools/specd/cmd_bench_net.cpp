@@ -214,6 +214,49 @@ Level run_level(const Url& url, const std::string& key, int concurrency, int n, 
 
 double median_of(std::vector<double> v) { return pct(std::move(v), 0.5); }
 
+// The same load through the embedding API, no sockets.
+Level run_in_process(Runtime& runtime, int concurrency, int n, bool spec) {
+    std::mutex mu;
+    std::condition_variable cv;
+    int remaining = concurrency;
+    Level l;
+    const double t0 = now_ms();
+    for (int i = 0; i < concurrency; ++i) {
+        json b = request_body(i, n, spec);
+        generate_request req;
+        req.id = std::to_string(i);
+        req.prompt = b["prompt"].get<std::string>();
+        req.max_tokens = n;
+        req.sampling.temperature = 0.0f;
+        req.speculative = static_cast<int8_t>(spec);
+        auto prev = std::make_shared<double>(-1.0);
+        const double submitted = now_ms();
+        RuntimeCallbacks cb;
+        cb.on_token = [&, prev, submitted](const token_event& e) {
+            const double now = now_ms();
+            std::lock_guard<std::mutex> lock(mu);
+            if (*prev < 0) l.sample.ttft_ms.push_back(now - submitted);
+            else l.sample.itl_ms.push_back((now - *prev) / static_cast<double>(std::max<size_t>(1, e.tokens.size())));
+            *prev = now;
+            l.sample.tokens += static_cast<int64_t>(e.tokens.size());
+        };
+        auto finish = [&]() {
+            std::lock_guard<std::mutex> lock(mu);
+            if (--remaining == 0) cv.notify_all();
+        };
+        cb.on_done = [finish](const done_event&) { finish(); };
+        cb.on_error = [&, finish](const error_event&) {
+            { std::lock_guard<std::mutex> lock(mu); ++l.sample.errors; }
+            finish();
+        };
+        runtime.submit(req, cb);
+    }
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return remaining == 0; });
+    l.tps = 1000.0 * static_cast<double>(l.sample.tokens) / (now_ms() - t0);
+    return l;
+}
+
 }  // namespace
 
 void run_bench_net(const std::string& url_text, const std::string& target, const std::string& draft, const std::vector<int>& levels,
@@ -239,66 +282,57 @@ void run_bench_net(const std::string& url_text, const std::string& target, const
     } else {
         urls.push_back(parse_url(url_text));
     }
-    std::printf("specd bench --url %s: %d tokens per request, greedy, median of %d runs\n\n", url_text.c_str(), n, reps);
-    std::printf("| path | concurrency | spec | tokens/s | TTFT p50 ms | TTFT p99 ms | ITL p50 ms | ITL p99 ms | errors |\n");
-    std::printf("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+    std::printf("specd bench --url %s: %d tokens per request, greedy, %d rounds; each round runs every path once, in turn;\n"
+                "tokens/s is the median of the rounds; TTFT and ITL percentiles pool every round's requests%s\n\n",
+                url_text.c_str(), n, reps,
+                host ? ";\nthe last two columns pair each round's network run with that round's in-process run (medians of the rounds)" : "");
+    std::printf("| path | concurrency | spec | tokens/s | TTFT p50 ms | TTFT p99 ms | ITL p50 ms | ITL p99 ms | errors |%s\n",
+                host ? " tokens/s vs in-process | TTFT added ms |" : "");
+    std::printf("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |%s\n", host ? " ---: | ---: |" : "");
+    const int first = host ? -1 : 0;  // -1: in-process
+    const size_t n_paths = urls.size() + (host ? 1 : 0);
+    // One short request per path, not counted: a process's first requests pay
+    // one-off costs (page faults, thread and connection start-up) that belong to no path.
+    for (int path = first; path < static_cast<int>(urls.size()); ++path) {
+        for (int spec = 1; spec >= 0; --spec) {
+            if (path < 0) (void)run_in_process(host->runtime(), 1, 8, spec != 0);
+            else (void)run_level(urls[static_cast<size_t>(path)], api_key, 1, 8, spec != 0);
+        }
+    }
     for (int c : levels) {
         for (int spec = 1; spec >= 0; --spec) {
-            // In-process first (when we host the runtime), then each network path.
-            for (int path = host ? -1 : 0; path < static_cast<int>(urls.size()); ++path) {
-                std::vector<double> tps;
-                Level last;
-                for (int r = 0; r < reps; ++r) {
-                    if (path < 0) {
-                        // The same load through the embedding API, no sockets.
-                        std::mutex mu;
-                        std::condition_variable cv;
-                        int remaining = c;
-                        Level l;
-                        const double t0 = now_ms();
-                        for (int i = 0; i < c; ++i) {
-                            json b = request_body(i, n, spec != 0);
-                            generate_request req;
-                            req.id = std::to_string(i);
-                            req.prompt = b["prompt"].get<std::string>();
-                            req.max_tokens = n;
-                            req.sampling.temperature = 0.0f;
-                            req.speculative = static_cast<int8_t>(spec);
-                            auto prev = std::make_shared<double>(-1.0);
-                            const double submitted = now_ms();
-                            RuntimeCallbacks cb;
-                            cb.on_token = [&, prev, submitted](const token_event& e) {
-                                const double now = now_ms();
-                                std::lock_guard<std::mutex> lock(mu);
-                                if (*prev < 0) l.sample.ttft_ms.push_back(now - submitted);
-                                else l.sample.itl_ms.push_back((now - *prev) / static_cast<double>(std::max<size_t>(1, e.tokens.size())));
-                                *prev = now;
-                                l.sample.tokens += static_cast<int64_t>(e.tokens.size());
-                            };
-                            auto finish = [&]() {
-                                std::lock_guard<std::mutex> lock(mu);
-                                if (--remaining == 0) cv.notify_all();
-                            };
-                            cb.on_done = [finish](const done_event&) { finish(); };
-                            cb.on_error = [&, finish](const error_event&) {
-                                { std::lock_guard<std::mutex> lock(mu); ++l.sample.errors; }
-                                finish();
-                            };
-                            host->runtime().submit(req, cb);
-                        }
-                        std::unique_lock<std::mutex> lock(mu);
-                        cv.wait(lock, [&] { return remaining == 0; });
-                        l.tps = 1000.0 * static_cast<double>(l.sample.tokens) / (now_ms() - t0);
-                        last = l;
-                    } else {
-                        last = run_level(urls[static_cast<size_t>(path)], api_key, c, n, spec != 0);
-                    }
-                    tps.push_back(last.tps);
+            // Rounds: every path once per round, so that the machine's drift
+            // between rounds falls on all paths alike.
+            std::vector<std::vector<double>> tps(n_paths), ttft_p50(n_paths);
+            std::vector<Sample> pooled(n_paths);
+            for (int r = 0; r < reps; ++r) {
+                for (int path = first; path < static_cast<int>(urls.size()); ++path) {
+                    const size_t slot = static_cast<size_t>(path - first);
+                    const Level l = path < 0 ? run_in_process(host->runtime(), c, n, spec != 0)
+                                             : run_level(urls[static_cast<size_t>(path)], api_key, c, n, spec != 0);
+                    tps[slot].push_back(l.tps);
+                    ttft_p50[slot].push_back(pct(l.sample.ttft_ms, 0.5));
+                    std::mutex unused;
+                    merge(pooled[slot], l.sample, unused);
                 }
+            }
+            for (int path = first; path < static_cast<int>(urls.size()); ++path) {
+                const size_t slot = static_cast<size_t>(path - first);
+                const Sample& all = pooled[slot];
                 const char* name = path < 0 ? "in-process" : urls[static_cast<size_t>(path)].ws ? "websocket" : "http-sse";
-                std::printf("| %s | %d | %s | %.0f | %.2f | %.2f | %.2f | %.2f | %d |\n", name, c, spec ? "on" : "off", median_of(tps),
-                            pct(last.sample.ttft_ms, 0.5), pct(last.sample.ttft_ms, 0.99), pct(last.sample.itl_ms, 0.5),
-                            pct(last.sample.itl_ms, 0.99), last.sample.errors);
+                std::printf("| %s | %d | %s | %.0f | %.2f | %.2f | %.2f | %.2f | %d |", name, c, spec ? "on" : "off", median_of(tps[slot]),
+                            pct(all.ttft_ms, 0.5), pct(all.ttft_ms, 0.99), pct(all.itl_ms, 0.5), pct(all.itl_ms, 0.99), all.errors);
+                if (host && path < 0) std::printf(" 1.00x | 0.00 |");
+                if (host && path >= 0) {
+                    std::vector<double> ratio, added;
+                    for (int r = 0; r < reps; ++r) {
+                        const size_t ri = static_cast<size_t>(r);
+                        if (tps[0][ri] > 0) ratio.push_back(tps[slot][ri] / tps[0][ri]);
+                        added.push_back(ttft_p50[slot][ri] - ttft_p50[0][ri]);
+                    }
+                    std::printf(" %.3fx | %+.2f |", median_of(ratio), median_of(added));
+                }
+                std::printf("\n");
                 std::fflush(stdout);
             }
         }
