@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <random>
@@ -27,6 +28,7 @@
 #include "engine/kv_ledger.h"
 #include "engine/model.h"
 #include "engine/model_integrity.h"
+#include "engine/phase_rendezvous.h"
 #include "engine/session_core.h"
 #include "engine/thread_pool.h"
 
@@ -153,6 +155,11 @@ struct RuntimeShared {
     // sessions use the replicas' remote actors.
     bool clustered = false;
     bool pipeline = false;         // sessions draft step t+1 while step t verifies
+    bool shared_pool = false;      // the draft runs on the target's thread pool (the phases take turns)
+    // Holds each compute actor's step until the sessions the last verifier
+    // step answered are back (engine/phase_rendezvous.h); null: no holding
+    // (multi-node, pipelined drafts).
+    std::shared_ptr<PhaseRendezvous> rendezvous;
     std::vector<TargetReplica> targets;  // guarded by mu
     std::vector<DraftReplica> drafts;    // guarded by mu
     cluster_actor cluster;
@@ -182,6 +189,41 @@ int64_t available_ram_bytes() {
     return int64_t{8} << 30;
 }
 
+// ------------------------------------------------------ step holds ---
+
+// How long a compute actor holds its step for sessions on their way back:
+// a session's next message follows its result within microseconds; a strict
+// verifier (shared pool) also waits out the sessions' drafting.
+constexpr auto kHoldForReturning = std::chrono::milliseconds(2);
+constexpr auto kHoldForDrafting = std::chrono::milliseconds(30);
+
+// When a compute actor's step runs: queued at once when nobody is on the
+// way back, else held (a timer re-checks) until they arrive or the hold
+// expires. `step_queued`: a step_atom for a real step is in the mailbox.
+struct StepHold {
+    bool step_queued = false;
+    bool holding = false;
+    std::chrono::steady_clock::time_point until;
+};
+
+// Returns true when the caller should queue its step now.
+inline bool step_now(StepHold& h, PhaseRendezvous* rendezvous, Phase phase, const std::function<void(std::chrono::milliseconds)>& arm) {
+    if (rendezvous && rendezvous->should_wait(phase)) {
+        const auto now = std::chrono::steady_clock::now();
+        if (!h.holding) {
+            const auto window = phase == Phase::Verify && rendezvous->strict() ? kHoldForDrafting : kHoldForReturning;
+            h.holding = true;
+            h.until = now + window;
+            arm(window);
+            return false;
+        }
+        if (now < h.until) return false;
+        rendezvous->give_up(phase);  // they join whichever step they reach
+    }
+    h.holding = false;
+    return true;
+}
+
 // ------------------------------------------------------- verifier ---
 
 struct verifier_state {
@@ -190,8 +232,9 @@ struct verifier_state {
     std::unique_ptr<BatchVerifier> batch;
     std::unordered_map<uint64_t, caf::typed_response_promise<verify_result>> promises;  // by job tag
     uint64_t next_tag = 1;
-    bool scheduled = false;
+    StepHold hold;
     std::vector<VerifyOutcome> outcomes;
+    std::vector<uint64_t> answered;  // (outcomes) their requests
     static inline const char* name = "specd.verifier";
     // A verifier that dies (killed, or an exception in a step) still
     // answers everyone waiting on it, so no session hangs.
@@ -219,10 +262,21 @@ verifier_actor::behavior_type verifier_fun(verifier_actor::stateful_pointer<veri
     vo.max_step_tokens = rt->config.max_step_tokens;
     vo.prefill_chunk_tokens = rt->config.prefill_chunk;
     st.batch = std::make_unique<BatchVerifier>(*st.fwd, *st.kv, vo);
+    auto try_step = [self, rt]() {
+        auto& s = self->state;
+        if (s.hold.step_queued || !s.batch->has_work()) return;
+        if (!step_now(s.hold, rt->rendezvous.get(), Phase::Verify,
+                      [self](std::chrono::milliseconds w) { self->delayed_send(self, w, step_atom::value); })) {
+            return;
+        }
+        s.hold.step_queued = true;
+        self->send(self, step_atom::value);
+    };
     return {
         [=](verify_msg& m) -> caf::typed_response_promise<verify_result> {
             auto& s = self->state;
             auto rp = self->make_response_promise<verify_result>();
+            const uint64_t job_request = m.request;
             VerifyJob job;
             job.request = m.request;
             job.tag = s.next_tag++;
@@ -243,21 +297,31 @@ verifier_actor::behavior_type verifier_fun(verifier_actor::stateful_pointer<veri
             }
             s.promises.emplace(job.tag, rp);
             s.batch->submit(std::move(job));
-            if (!s.scheduled) {
-                s.scheduled = true;
-                self->send(self, step_atom::value);
+            if (rt->rendezvous && rt->rendezvous->arrived(Phase::Verify, job_request)) {
+                caf::anon_send(rt->current_drafter(), step_atom::value);  // it may have held for this request
             }
+            try_step();
             return rp;
         },
         [=](close_atom, uint64_t request) -> bool {
             self->state.batch->close(request);
+            if (rt->rendezvous) rt->rendezvous->closed(request);
+            try_step();
             return true;
         },
+        // A queued step, a hold's timer, or a nudge from the drafter.
         [=](step_atom) {
             auto& s = self->state;
-            s.scheduled = false;
+            if (!s.hold.step_queued) return try_step();
+            s.hold.step_queued = false;
             s.outcomes.clear();
             s.batch->step(s.outcomes);  // an exception here kills the verifier: its sessions fail, it is restarted
+            if (rt->rendezvous) {
+                // Before the results go out: their next messages must find them expected.
+                s.answered.clear();
+                for (const VerifyOutcome& o : s.outcomes) s.answered.push_back(o.request);
+                rt->rendezvous->answered(s.answered);
+            }
             for (VerifyOutcome& o : s.outcomes) {
                 auto it = s.promises.find(o.tag);
                 if (it == s.promises.end()) continue;
@@ -274,10 +338,7 @@ verifier_actor::behavior_type verifier_fun(verifier_actor::stateful_pointer<veri
                 it->second.deliver(std::move(r));
                 s.promises.erase(it);
             }
-            if (s.batch->has_work() && !s.scheduled) {
-                s.scheduled = true;
-                self->send(self, step_atom::value);
-            }
+            try_step();
         },
     };
 }
@@ -295,7 +356,7 @@ struct draft_state {
     std::vector<DraftJob> jobs;
     std::vector<caf::typed_response_promise<draft_result>> promises;  // (jobs)
     std::vector<DraftOutcome> outcomes;
-    bool scheduled = false;
+    StepHold hold;
     static inline const char* name = "specd.draft";
     ~draft_state() {
         for (auto& rp : promises) rp.deliver(draft_result{});  // empty drafts: the sessions just verify
@@ -322,6 +383,16 @@ draft_actor::behavior_type draft_fun(draft_actor::stateful_pointer<draft_state> 
     } else {
         st.batch = std::make_unique<BatchDrafter>(nullptr, nullptr, rt->config.ngram_min, rt->config.ngram_max);
     }
+    auto try_step = [self, rt]() {
+        auto& s = self->state;
+        if (s.hold.step_queued || s.jobs.empty()) return;
+        if (!step_now(s.hold, rt->rendezvous.get(), Phase::Draft,
+                      [self](std::chrono::milliseconds w) { self->delayed_send(self, w, step_atom::value); })) {
+            return;
+        }
+        s.hold.step_queued = true;
+        self->send(self, step_atom::value);
+    };
     return {
         [=](draft_msg& m) -> caf::typed_response_promise<draft_result> {
             auto& s = self->state;
@@ -362,10 +433,10 @@ draft_actor::behavior_type draft_fun(draft_actor::stateful_pointer<draft_state> 
             }
             s.jobs.push_back(std::move(job));
             s.promises.push_back(rp);
-            if (!s.scheduled) {
-                s.scheduled = true;
-                self->send(self, step_atom::value);
+            if (rt->rendezvous && rt->rendezvous->arrived(Phase::Draft, m.request)) {
+                caf::anon_send(rt->current_verifier(), step_atom::value);  // it may have held for this request
             }
+            try_step();
             return rp;
         },
         [=](close_atom, uint64_t request) -> bool {
@@ -378,11 +449,15 @@ draft_actor::behavior_type draft_fun(draft_actor::stateful_pointer<draft_state> 
                 s.remote_owners.erase(it);
                 break;
             }
+            if (rt->rendezvous) rt->rendezvous->closed(request);
+            try_step();
             return true;
         },
+        // A queued step, a hold's timer, or a nudge from the verifier.
         [=](step_atom) {
             auto& s = self->state;
-            s.scheduled = false;
+            if (!s.hold.step_queued) return try_step();
+            s.hold.step_queued = false;
             s.outcomes.clear();
             s.batch->draft(s.jobs, s.outcomes);
             for (size_t i = 0; i < s.outcomes.size(); ++i) {
@@ -1400,6 +1475,7 @@ std::shared_ptr<RuntimeShared> build_shared(caf::actor_system& system, const Run
         const int draft_threads = config.threads_draft > 0 ? config.threads_draft : threads;
         if (config.threads_draft == 0 && rt->target_pool && threads + draft_threads > ThreadPool::hardware_threads()) {
             draft_pool = rt->target_pool.get();
+            rt->shared_pool = true;
         } else {
             rt->draft_pool = std::make_unique<ThreadPool>(draft_threads, config.compute_nice);
             draft_pool = rt->draft_pool.get();
@@ -1452,6 +1528,7 @@ std::unique_ptr<Runtime> Runtime::create(caf::actor_system& system, const Runtim
     const bool draft_nodes = !parse_node_list(config.draft_nodes, "draft_nodes").empty();
     rt->pipeline = config.pipeline_drafts == "on" || (config.pipeline_drafts == "auto" && clustered && draft_nodes);
     if (!clustered) {
+        if (!rt->pipeline) rt->rendezvous = std::make_shared<PhaseRendezvous>(rt->shared_pool);
         spawn_verifier(rt);
         rt->drafter = system.spawn<caf::detached>(draft_fun, rt);
         rt->kv = system.spawn(kv_fun, rt);

@@ -114,6 +114,10 @@ bool AcceptanceRule::accept(std::span<const TokenProb> q, std::span<const TokenP
 namespace {
 constexpr double kEma = 0.1;           // weight of the newest observation
 constexpr int32_t kProbeEvery = 16;    // plain steps between probes of the draft
+// A probe drafts this many tokens (within draft-min..draft-max): with one,
+// a draft whose cost is mostly per-step (not per-token) looks k times too
+// dear per token, and the controller would never draft again.
+constexpr int32_t kProbeTokens = 3;
 constexpr int32_t kExploreEvery = 16;  // drafting steps between tries of a longer draft
 // Weight of one verified draft position in the acceptance estimate: a step
 // that reached 16 positions moves it 30% at most, and a few early
@@ -174,7 +178,7 @@ int32_t DraftLengthController::next_k() {
     if (best_k == 0) {
         if (++plain_streak_ >= kProbeEvery) {
             plain_streak_ = 0;
-            return std::max<int32_t>(1, params_.draft_min);
+            return std::clamp<int32_t>(kProbeTokens, std::max<int32_t>(1, params_.draft_min), params_.draft_max);
         }
         return 0;
     }
@@ -195,6 +199,11 @@ void DraftLengthController::record(int32_t k, int32_t n_accepted, double draft_m
         verify_ms_[t] = verify_ms_[t] > 0 ? (1 - kEma) * verify_ms_[t] + kEma * verify_ms : verify_ms;
     }
     if (k <= 0) return;
+    // A draft far cheaper than the fit predicts means the fit was learned
+    // from slow steps (the first one, with the draft's weights still cold,
+    // or a preempted one): start it again from this step. Slower-than-fit
+    // steps only move the averages (a stall must not stop drafting).
+    if (draft_n_ > 0 && draft_ms < 0.5 * draft_cost(k)) draft_n_ = draft_mk_ = draft_mkk_ = draft_my_ = draft_mky_ = 0.0;
     // EMA of the moments (weights sum to draft_n_, which tends to 1).
     const double kk = k;
     draft_n_ = (1 - kEma) * draft_n_ + kEma;

@@ -373,6 +373,28 @@ TEST_CASE("draft length controller: a draft whose first token carries a fixed co
     CHECK(long_steps >= 80);
 }
 
+TEST_CASE("draft length controller: a slow first draft (cold weights) does not turn speculation off for good",
+          "[spec][adaptive]") {
+    // The first draft step took 40 ms (the draft's weights paged in); every
+    // later one costs 2 ms + 0.55 ms per token, a verification 2.6 ms + 0.05
+    // per token, alpha 0.9: drafting 4-8 tokens is worth ~1.6x plain. The
+    // controller must find its way back to drafting after that first sample.
+    SpeculativeParams sp;
+    sp.draft_max = 8;
+    DraftLengthController c(sp);
+    Rng rng(11);
+    c.record(4, 4, 40.0, 2.8);
+    int32_t drafting = 0;
+    for (int i = 0; i < 300; ++i) {
+        const int32_t k = c.next_k();
+        int32_t accepted = 0;
+        while (accepted < k && rng.uniform() < 0.9) ++accepted;
+        c.record(k, accepted, k > 0 ? 2.0 + 0.55 * k : 0.0, 2.6 + 0.05 * k);
+        if (i >= 200) drafting += k > 0;
+    }
+    CHECK(drafting >= 80);
+}
+
 TEST_CASE("speculative params: bad values are refused with the field named", "[spec]") {
     SpeculativeParams sp;
     sp.draft_max = -1;

@@ -1,0 +1,51 @@
+#include "engine/phase_rendezvous.h"
+
+namespace specd {
+
+void PhaseRendezvous::answered(std::span<const uint64_t> requests) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (uint64_t r : requests) expected_[r] = Where::Returning;
+}
+
+bool PhaseRendezvous::arrived(Phase phase, uint64_t request) {
+    std::lock_guard<std::mutex> lock(mu_);
+    const auto it = expected_.find(request);
+    if (it == expected_.end()) return false;
+    const Where before = it->second;
+    if (phase == Phase::Verify) {
+        expected_.erase(it);
+        // The drafter waited for it while it was returning.
+        return before == Where::Returning;
+    }
+    it->second = Where::AtDraft;
+    // A non-strict verifier waited for it while it was returning; a strict one still does.
+    return !strict_;
+}
+
+void PhaseRendezvous::closed(uint64_t request) {
+    std::lock_guard<std::mutex> lock(mu_);
+    expected_.erase(request);
+}
+
+bool PhaseRendezvous::should_wait(Phase phase) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [request, where] : expected_) {
+        if (waits_for(phase, where)) return true;
+    }
+    return false;
+}
+
+void PhaseRendezvous::give_up(Phase phase) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = expected_.begin(); it != expected_.end();) {
+        if (waits_for(phase, it->second)) it = expected_.erase(it);
+        else ++it;
+    }
+}
+
+size_t PhaseRendezvous::tracked() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return expected_.size();
+}
+
+}  // namespace specd
