@@ -203,21 +203,30 @@ constexpr auto kHoldForDrafting = std::chrono::milliseconds(30);
 struct StepHold {
     bool step_queued = false;
     bool holding = false;
-    std::chrono::steady_clock::time_point until;
+    std::chrono::steady_clock::time_point since;  // when the hold began
 };
 
-// Returns true when the caller should queue its step now.
+// Returns true when the caller should queue its step now; otherwise the
+// hold goes on and `arm(delay)` has a timer re-check it.
 inline bool step_now(StepHold& h, PhaseRendezvous* rendezvous, Phase phase, const std::function<void(std::chrono::milliseconds)>& arm) {
-    if (rendezvous && rendezvous->should_wait(phase)) {
+    const PhaseRendezvous::Wait wait = rendezvous ? rendezvous->waiting_for(phase) : PhaseRendezvous::Wait::None;
+    if (wait != PhaseRendezvous::Wait::None) {
         const auto now = std::chrono::steady_clock::now();
+        const auto window = wait == PhaseRendezvous::Wait::Drafting ? kHoldForDrafting : kHoldForReturning;
         if (!h.holding) {
-            const auto window = phase == Phase::Verify && rendezvous->strict() ? kHoldForDrafting : kHoldForReturning;
             h.holding = true;
-            h.until = now + window;
+            h.since = now;
             arm(window);
             return false;
         }
-        if (now < h.until) return false;
+        // Measured from the hold's start: a returning request that reached
+        // the drafter meanwhile extends a 2 ms hold to a draft's length.
+        if (now < h.since + window) {
+            if (wait == PhaseRendezvous::Wait::Drafting && now >= h.since + kHoldForReturning) {
+                arm(std::chrono::duration_cast<std::chrono::milliseconds>(h.since + window - now) + std::chrono::milliseconds(1));
+            }
+            return false;
+        }
         rendezvous->give_up(phase);  // they join whichever step they reach
     }
     h.holding = false;

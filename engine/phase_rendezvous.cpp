@@ -27,12 +27,14 @@ void PhaseRendezvous::closed(uint64_t request) {
     expected_.erase(request);
 }
 
-bool PhaseRendezvous::should_wait(Phase phase) const {
+PhaseRendezvous::Wait PhaseRendezvous::waiting_for(Phase phase) const {
     std::lock_guard<std::mutex> lock(mu_);
+    Wait wait = Wait::None;
     for (const auto& [request, where] : expected_) {
-        if (waits_for(phase, where)) return true;
+        if (where == Where::Returning) return Wait::Returning;
+        if (waits_for(phase, where)) wait = Wait::Drafting;
     }
-    return false;
+    return wait;
 }
 
 void PhaseRendezvous::give_up(Phase phase) {

@@ -40,7 +40,12 @@ public:
     // The request ended (closed): nobody waits for it.
     void closed(uint64_t request);
     // Whether `phase` should hold its step for a request still on its way.
-    bool should_wait(Phase phase) const;
+    bool should_wait(Phase phase) const { return waiting_for(phase) != Wait::None; }
+    // What `phase` waits for: nobody, a request returning from the last
+    // verifier step (a short hold), or, strict verifier only, none returning
+    // but some still drafting (a hold as long as a draft).
+    enum class Wait { None, Returning, Drafting };
+    Wait waiting_for(Phase phase) const;
     // `phase` held long enough: it stops waiting for those it was waiting for
     // (they join whichever step they reach).
     void give_up(Phase phase);

@@ -42,7 +42,7 @@ TEST_CASE("rendezvous: separate pools, the verifier does not wait out a session'
     r.answered(step);
     CHECK(r.arrived(Phase::Draft, 1));  // the verifier may have waited for 1: it should look again
     CHECK(r.arrived(Phase::Draft, 2));
-    CHECK_FALSE(r.should_wait(Phase::Verify));
+    CHECK(r.waiting_for(Phase::Verify) == PhaseRendezvous::Wait::None);  // loose: drafting ones are not waited for
     CHECK_FALSE(r.should_wait(Phase::Draft));
     CHECK(r.tracked() == 2);
     // Drafted, they reach the verifier: the drafter was not waiting for them any more.
@@ -57,10 +57,11 @@ TEST_CASE("rendezvous: a shared pool makes the verifier wait for drafting sessio
     r.answered(step);
     CHECK_FALSE(r.arrived(Phase::Draft, 1));  // strict: the verifier still waits for 1, no need to look again
     CHECK(r.should_wait(Phase::Draft));        // 2 and 3 are on their way
+    CHECK(r.waiting_for(Phase::Verify) == PhaseRendezvous::Wait::Returning);  // a short hold while any is returning
     CHECK(r.arrived(Phase::Verify, 2));        // 2 skipped drafting (k = 0): the drafter stops waiting for it
     r.closed(3);                               // 3 ended
     CHECK_FALSE(r.should_wait(Phase::Draft));  // the drafter can draft 1 now
-    CHECK(r.should_wait(Phase::Verify));       // the verifier waits for 1's draft
+    CHECK(r.waiting_for(Phase::Verify) == PhaseRendezvous::Wait::Drafting);  // the verifier waits for 1's draft: a long hold
     CHECK_FALSE(r.arrived(Phase::Verify, 1));
     CHECK_FALSE(r.should_wait(Phase::Verify));
 }
