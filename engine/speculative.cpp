@@ -118,6 +118,9 @@ constexpr int32_t kProbeEvery = 16;    // plain steps between probes of the draf
 // a draft whose cost is mostly per-step (not per-token) looks k times too
 // dear per token, and the controller would never draft again.
 constexpr int32_t kProbeTokens = 3;
+// A draft step cheaper than this share of the fit's prediction restarts the
+// fit (normal steps vary by less than 2x; a cold or preempted one by 10x).
+constexpr double kRefitBelow = 0.25;
 constexpr int32_t kExploreEvery = 16;  // drafting steps between tries of a longer draft
 // Weight of one verified draft position in the acceptance estimate: a step
 // that reached 16 positions moves it 30% at most, and a few early
@@ -203,7 +206,7 @@ void DraftLengthController::record(int32_t k, int32_t n_accepted, double draft_m
     // from slow steps (the first one, with the draft's weights still cold,
     // or a preempted one): start it again from this step. Slower-than-fit
     // steps only move the averages (a stall must not stop drafting).
-    if (draft_n_ > 0 && draft_ms < 0.5 * draft_cost(k)) draft_n_ = draft_mk_ = draft_mkk_ = draft_my_ = draft_mky_ = 0.0;
+    if (draft_n_ > 0 && draft_ms < kRefitBelow * draft_cost(k)) draft_n_ = draft_mk_ = draft_mkk_ = draft_my_ = draft_mky_ = 0.0;
     // EMA of the moments (weights sum to draft_n_, which tends to 1).
     const double kk = k;
     draft_n_ = (1 - kEma) * draft_n_ + kEma;
