@@ -168,6 +168,7 @@ struct LoadResult {
     std::vector<double> ttft_ms, itl_ms;
     double acceptance = 0.0;
     int64_t load_capped = 0;
+    int64_t tokens = 0, steps = 0, drafted = 0;  // over the requests: generated tokens, target steps, drafted tokens
 };
 
 const char* kBenchPrompts[] = {"Once upon a time", "Lily and Ben went to the park.", "One day, a little girl named Sue found a shiny rock.",
@@ -205,6 +206,7 @@ LoadResult run_load(Runtime& rt, int concurrency, int n, bool spec) {
             drafted += d.drafted;
             accepted += d.accepted;
             r.load_capped += d.load_capped;
+            r.steps += d.steps;
             if (--remaining == 0) cv.notify_all();
         };
         cb.on_error = [&](const error_event& e) {
@@ -219,6 +221,8 @@ LoadResult run_load(Runtime& rt, int concurrency, int n, bool spec) {
     const double ms = now_ms() - t0;
     r.tokens_per_s = 1000.0 * static_cast<double>(tokens) / ms;
     r.acceptance = drafted ? static_cast<double>(accepted) / static_cast<double>(drafted) : 0.0;
+    r.tokens = tokens;
+    r.drafted = drafted;
     return r;
 }
 
@@ -255,10 +259,15 @@ void run_bench_concurrency(const std::string& target, const std::string& draft, 
     gp.stop_at_eos = false;
     const auto prompt_ids = tm->tokenizer().encode(kBenchPrompts[0], true);
     SpeculativeDecoder direct_off(fwd, kv, nullptr), direct_on(fwd, kv, proposer.get());
+    int64_t direct_steps[2] = {0, 0}, direct_tokens[2] = {0, 0}, direct_drafted[2] = {0, 0};  // summed over the paired rounds
     auto run_direct = [&](bool spec) {
         const double t0 = now_ms();
         const auto out = (spec ? direct_on : direct_off).generate(prompt_ids, gp, SpeculativeParams{});
-        return 1000.0 * static_cast<double>(out.tokens.size()) / (now_ms() - t0);
+        const double tps = 1000.0 * static_cast<double>(out.tokens.size()) / (now_ms() - t0);
+        direct_steps[spec] += out.stats.n_steps;
+        direct_tokens[spec] += static_cast<int64_t>(out.tokens.size());
+        direct_drafted[spec] += out.stats.n_drafted;
+        return tps;
     };
     (void)run_direct(true);  // warm-up
 
@@ -287,9 +296,15 @@ void run_bench_concurrency(const std::string& target, const std::string& draft, 
     // Paired rounds: the runtime with one request, then the engine, so that
     // the machine's drift falls on both alike.
     std::vector<double> ratio[2], via_runtime[2], direct[2];
+    int64_t rt_steps[2] = {0, 0}, rt_tokens[2] = {0, 0}, rt_drafted[2] = {0, 0};
+    direct_steps[0] = direct_steps[1] = direct_tokens[0] = direct_tokens[1] = direct_drafted[0] = direct_drafted[1] = 0;
     for (int i = 0; i < reps; ++i) {
         for (int spec = 0; spec < 2; ++spec) {
-            const double r = run_load(rt, 1, n, spec != 0).tokens_per_s;
+            const LoadResult lr = run_load(rt, 1, n, spec != 0);
+            rt_steps[spec] += lr.steps;
+            rt_tokens[spec] += lr.tokens;
+            rt_drafted[spec] += lr.drafted;
+            const double r = lr.tokens_per_s;
             const double d = run_direct(spec != 0);
             via_runtime[spec].push_back(r);
             direct[spec].push_back(d);
@@ -300,6 +315,10 @@ void run_bench_concurrency(const std::string& target, const std::string& draft, 
                 "plain %.3fx (%.0f / %.0f tokens/s), speculative %.3fx (%.0f / %.0f tokens/s)\n",
                 reps, median(ratio[0]), median(via_runtime[0]), median(direct[0]), median(ratio[1]), median(via_runtime[1]),
                 median(direct[1]));
+    const auto per_step = [](int64_t a, int64_t steps) { return steps > 0 ? static_cast<double>(a) / static_cast<double>(steps) : 0.0; };
+    std::printf("speculative, per target step: runtime %.2f tokens (%.2f drafted), engine %.2f tokens (%.2f drafted)\n",
+                per_step(rt_tokens[1], rt_steps[1]), per_step(rt_drafted[1], rt_steps[1]), per_step(direct_tokens[1], direct_steps[1]),
+                per_step(direct_drafted[1], direct_steps[1]));
 }
 
 void register_serve_command(CLI::App& app) {
