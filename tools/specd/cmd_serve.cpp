@@ -260,6 +260,7 @@ void run_bench_concurrency(const std::string& target, const std::string& draft, 
     const auto prompt_ids = tm->tokenizer().encode(kBenchPrompts[0], true);
     SpeculativeDecoder direct_off(fwd, kv, nullptr), direct_on(fwd, kv, proposer.get());
     int64_t direct_steps[2] = {0, 0}, direct_tokens[2] = {0, 0}, direct_drafted[2] = {0, 0};  // summed over the paired rounds
+    double direct_draft_ms = 0, direct_verify_ms = 0;  // speculative, summed likewise
     auto run_direct = [&](bool spec) {
         const double t0 = now_ms();
         const auto out = (spec ? direct_on : direct_off).generate(prompt_ids, gp, SpeculativeParams{});
@@ -267,6 +268,10 @@ void run_bench_concurrency(const std::string& target, const std::string& draft, 
         direct_steps[spec] += out.stats.n_steps;
         direct_tokens[spec] += static_cast<int64_t>(out.tokens.size());
         direct_drafted[spec] += out.stats.n_drafted;
+        if (spec) {
+            direct_draft_ms += out.stats.draft_ms;
+            direct_verify_ms += out.stats.verify_ms;
+        }
         return tps;
     };
     (void)run_direct(true);  // warm-up
@@ -298,6 +303,7 @@ void run_bench_concurrency(const std::string& target, const std::string& draft, 
     std::vector<double> ratio[2], via_runtime[2], direct[2];
     int64_t rt_steps[2] = {0, 0}, rt_tokens[2] = {0, 0}, rt_drafted[2] = {0, 0};
     direct_steps[0] = direct_steps[1] = direct_tokens[0] = direct_tokens[1] = direct_drafted[0] = direct_drafted[1] = 0;
+    direct_draft_ms = direct_verify_ms = 0;
     for (int i = 0; i < reps; ++i) {
         for (int spec = 0; spec < 2; ++spec) {
             const LoadResult lr = run_load(rt, 1, n, spec != 0);
@@ -316,9 +322,11 @@ void run_bench_concurrency(const std::string& target, const std::string& draft, 
                 reps, median(ratio[0]), median(via_runtime[0]), median(direct[0]), median(ratio[1]), median(via_runtime[1]),
                 median(direct[1]));
     const auto per_step = [](int64_t a, int64_t steps) { return steps > 0 ? static_cast<double>(a) / static_cast<double>(steps) : 0.0; };
-    std::printf("speculative, per target step: runtime %.2f tokens (%.2f drafted), engine %.2f tokens (%.2f drafted)\n",
+    std::printf("speculative, per target step: runtime %.2f tokens (%.2f drafted), engine %.2f tokens (%.2f drafted; "
+                "%.2f ms drafting, %.2f ms verifying)\n",
                 per_step(rt_tokens[1], rt_steps[1]), per_step(rt_drafted[1], rt_steps[1]), per_step(direct_tokens[1], direct_steps[1]),
-                per_step(direct_drafted[1], direct_steps[1]));
+                per_step(direct_drafted[1], direct_steps[1]), direct_steps[1] ? direct_draft_ms / static_cast<double>(direct_steps[1]) : 0.0,
+                direct_steps[1] ? direct_verify_ms / static_cast<double>(direct_steps[1]) : 0.0);
 }
 
 void register_serve_command(CLI::App& app) {
