@@ -10,7 +10,6 @@
 #include <chrono>
 #include <cstring>
 #include <fstream>
-#include <functional>
 #include <mutex>
 #include <optional>
 #include <random>
@@ -206,9 +205,12 @@ struct StepHold {
     std::chrono::steady_clock::time_point since;  // when the hold began
 };
 
-// Returns true when the caller should queue its step now; otherwise the
-// hold goes on and `arm(delay)` has a timer re-check it.
-inline bool step_now(StepHold& h, PhaseRendezvous* rendezvous, Phase phase, const std::function<void(std::chrono::milliseconds)>& arm) {
+// Queues the actor's next step (a step_atom to itself) unless one is queued,
+// there is no work, or the rendezvous says to hold; a held step has a timer
+// (a delayed step_atom) re-check it.
+template <class Self>
+void queue_step(Self* self, StepHold& h, bool has_work, PhaseRendezvous* rendezvous, Phase phase) {
+    if (h.step_queued || !has_work) return;
     const PhaseRendezvous::Wait wait = rendezvous ? rendezvous->waiting_for(phase) : PhaseRendezvous::Wait::None;
     if (wait != PhaseRendezvous::Wait::None) {
         const auto now = std::chrono::steady_clock::now();
@@ -216,21 +218,23 @@ inline bool step_now(StepHold& h, PhaseRendezvous* rendezvous, Phase phase, cons
         if (!h.holding) {
             h.holding = true;
             h.since = now;
-            arm(window);
-            return false;
+            self->delayed_send(self, window, step_atom::value);
+            return;
         }
         // Measured from the hold's start: a returning request that reached
         // the drafter meanwhile extends a 2 ms hold to a draft's length.
         if (now < h.since + window) {
             if (wait == PhaseRendezvous::Wait::Drafting && now >= h.since + kHoldForReturning) {
-                arm(std::chrono::duration_cast<std::chrono::milliseconds>(h.since + window - now) + std::chrono::milliseconds(1));
+                const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(h.since + window - now);
+                self->delayed_send(self, left + std::chrono::milliseconds(1), step_atom::value);
             }
-            return false;
+            return;
         }
         rendezvous->give_up(phase);  // they join whichever step they reach
     }
     h.holding = false;
-    return true;
+    h.step_queued = true;
+    self->send(self, step_atom::value);
 }
 
 // ------------------------------------------------------- verifier ---
@@ -272,14 +276,7 @@ verifier_actor::behavior_type verifier_fun(verifier_actor::stateful_pointer<veri
     vo.prefill_chunk_tokens = rt->config.prefill_chunk;
     st.batch = std::make_unique<BatchVerifier>(*st.fwd, *st.kv, vo);
     auto try_step = [self, rt]() {
-        auto& s = self->state;
-        if (s.hold.step_queued || !s.batch->has_work()) return;
-        if (!step_now(s.hold, rt->rendezvous.get(), Phase::Verify,
-                      [self](std::chrono::milliseconds w) { self->delayed_send(self, w, step_atom::value); })) {
-            return;
-        }
-        s.hold.step_queued = true;
-        self->send(self, step_atom::value);
+        queue_step(self, self->state.hold, self->state.batch->has_work(), rt->rendezvous.get(), Phase::Verify);
     };
     return {
         [=](verify_msg& m) -> caf::typed_response_promise<verify_result> {
@@ -393,14 +390,7 @@ draft_actor::behavior_type draft_fun(draft_actor::stateful_pointer<draft_state> 
         st.batch = std::make_unique<BatchDrafter>(nullptr, nullptr, rt->config.ngram_min, rt->config.ngram_max);
     }
     auto try_step = [self, rt]() {
-        auto& s = self->state;
-        if (s.hold.step_queued || s.jobs.empty()) return;
-        if (!step_now(s.hold, rt->rendezvous.get(), Phase::Draft,
-                      [self](std::chrono::milliseconds w) { self->delayed_send(self, w, step_atom::value); })) {
-            return;
-        }
-        s.hold.step_queued = true;
-        self->send(self, step_atom::value);
+        queue_step(self, self->state.hold, !self->state.jobs.empty(), rt->rendezvous.get(), Phase::Draft);
     };
     return {
         [=](draft_msg& m) -> caf::typed_response_promise<draft_result> {

@@ -3,9 +3,12 @@
 // distributions, rollback invariants, and the draft-length controller.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <memory>
+#include <vector>
 
 #include "engine/speculative.h"
 #include "support/models.h"
@@ -352,6 +355,27 @@ TEST_CASE("draft length controller: drafts long with a good draft and turns spec
     CHECK(plain >= 28);  // plain decoding, with an occasional probe
 }
 
+// Runs `steps` steps of the controller against a simulated draft: each
+// drafted token is accepted with probability `alpha` until the first
+// rejection, a draft of k costs draft_ms(k) and verifying k+1 tokens
+// verify_ms(k). Returns the k chosen at each step.
+namespace {
+std::vector<int32_t> simulate_controller(DraftLengthController& c, uint64_t seed, int steps, double alpha,
+                                         const std::function<double(int32_t)>& draft_ms,
+                                         const std::function<double(int32_t)>& verify_ms) {
+    Rng rng(seed);
+    std::vector<int32_t> ks;
+    for (int i = 0; i < steps; ++i) {
+        const int32_t k = c.next_k();
+        int32_t accepted = 0;
+        while (accepted < k && rng.uniform() < alpha) ++accepted;
+        c.record(k, accepted, k > 0 ? draft_ms(k) : 0.0, verify_ms(k));
+        ks.push_back(k);
+    }
+    return ks;
+}
+}  // namespace
+
 TEST_CASE("draft length controller: a draft whose first token carries a fixed cost is drafted long",
           "[spec][adaptive]") {
     // 3 ms per step however long the draft, then 0.3 ms per token, and a
@@ -361,15 +385,9 @@ TEST_CASE("draft length controller: a draft whose first token carries a fixed co
     SpeculativeParams sp;
     sp.draft_max = 16;
     DraftLengthController c(sp);
-    Rng rng(7);
-    int32_t long_steps = 0;
-    for (int i = 0; i < 400; ++i) {
-        const int32_t k = c.next_k();
-        int32_t accepted = 0;
-        while (accepted < k && rng.uniform() < 0.95) ++accepted;
-        c.record(k, accepted, k > 0 ? 3.0 + 0.3 * k : 0.0, 2.5 + 0.1 * k);
-        if (i >= 300) long_steps += k >= 10;
-    }
+    const std::vector<int32_t> ks = simulate_controller(
+        c, 7, 400, 0.95, [](int32_t k) { return 3.0 + 0.3 * k; }, [](int32_t k) { return 2.5 + 0.1 * k; });
+    const auto long_steps = std::count_if(ks.begin() + 300, ks.end(), [](int32_t k) { return k >= 10; });
     CHECK(long_steps >= 80);
 }
 
@@ -382,16 +400,10 @@ TEST_CASE("draft length controller: a slow first draft (cold weights) does not t
     SpeculativeParams sp;
     sp.draft_max = 8;
     DraftLengthController c(sp);
-    Rng rng(11);
     c.record(4, 4, 40.0, 2.8);
-    int32_t drafting = 0;
-    for (int i = 0; i < 300; ++i) {
-        const int32_t k = c.next_k();
-        int32_t accepted = 0;
-        while (accepted < k && rng.uniform() < 0.9) ++accepted;
-        c.record(k, accepted, k > 0 ? 2.0 + 0.55 * k : 0.0, 2.6 + 0.05 * k);
-        if (i >= 200) drafting += k > 0;
-    }
+    const std::vector<int32_t> ks = simulate_controller(
+        c, 11, 300, 0.9, [](int32_t k) { return 2.0 + 0.55 * k; }, [](int32_t k) { return 2.6 + 0.05 * k; });
+    const auto drafting = std::count_if(ks.begin() + 200, ks.end(), [](int32_t k) { return k > 0; });
     CHECK(drafting >= 80);
 }
 

@@ -6,7 +6,6 @@
 // ratio from the same process on the same machine.
 #include <algorithm>
 #include <chrono>
-#include <condition_variable>
 #include <memory>
 #include <cstdio>
 #include <mutex>
@@ -22,6 +21,7 @@
 #include "actors/runtime.h"
 #include "engine/generate.h"
 #include "net/server.h"
+#include "tools/specd/bench_load.h"
 #include "tools/specd/commands.h"
 
 namespace specd::cli {
@@ -75,9 +75,7 @@ void merge(Sample& out, const Sample& local, std::mutex& mu) {
 }
 
 json request_body(int i, int n, bool spec) {
-    static const char* prompts[] = {"Once upon a time", "Lily and Ben went to the park.", "One day, a little girl named Sue found a shiny rock.",
-                                    "The sun was hot", "Max the dog liked to run", "Anna saw a big bird in the tree. She"};
-    return json{{"prompt", prompts[i % 6]}, {"max_tokens", n}, {"temperature", 0}, {"speculative", {{"enabled", spec}}}};
+    return json{{"prompt", kBenchPrompts[i % kBenchPromptCount]}, {"max_tokens", n}, {"temperature", 0}, {"speculative", {{"enabled", spec}}}};
 }
 
 // One WebSocket client: one generation, timings recorded per token frame.
@@ -185,12 +183,6 @@ void http_client(const Url& url, const std::string& key, int i, int n, bool spec
     }
 }
 
-double pct(std::vector<double> v, double p) {
-    if (v.empty()) return 0.0;
-    std::sort(v.begin(), v.end());
-    return v[std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size() - 1) + 0.5))];
-}
-
 struct Level {
     double tps = 0;
     Sample sample;
@@ -212,48 +204,16 @@ Level run_level(const Url& url, const std::string& key, int concurrency, int n, 
     return l;
 }
 
-double median_of(std::vector<double> v) { return pct(std::move(v), 0.5); }
 
-// The same load through the embedding API, no sockets.
+// The same load through the embedding API, no sockets (EOS ends a request, as on the network paths).
 Level run_in_process(Runtime& runtime, int concurrency, int n, bool spec) {
-    std::mutex mu;
-    std::condition_variable cv;
-    int remaining = concurrency;
+    LoadResult r = run_load(runtime, concurrency, n, spec, /*ignore_eos=*/false);
     Level l;
-    const double t0 = now_ms();
-    for (int i = 0; i < concurrency; ++i) {
-        json b = request_body(i, n, spec);
-        generate_request req;
-        req.id = std::to_string(i);
-        req.prompt = b["prompt"].get<std::string>();
-        req.max_tokens = n;
-        req.sampling.temperature = 0.0f;
-        req.speculative = static_cast<int8_t>(spec);
-        auto prev = std::make_shared<double>(-1.0);
-        const double submitted = now_ms();
-        RuntimeCallbacks cb;
-        cb.on_token = [&, prev, submitted](const token_event& e) {
-            const double now = now_ms();
-            std::lock_guard<std::mutex> lock(mu);
-            if (*prev < 0) l.sample.ttft_ms.push_back(now - submitted);
-            else l.sample.itl_ms.push_back((now - *prev) / static_cast<double>(std::max<size_t>(1, e.tokens.size())));
-            *prev = now;
-            l.sample.tokens += static_cast<int64_t>(e.tokens.size());
-        };
-        auto finish = [&]() {
-            std::lock_guard<std::mutex> lock(mu);
-            if (--remaining == 0) cv.notify_all();
-        };
-        cb.on_done = [finish](const done_event&) { finish(); };
-        cb.on_error = [&, finish](const error_event&) {
-            { std::lock_guard<std::mutex> lock(mu); ++l.sample.errors; }
-            finish();
-        };
-        runtime.submit(req, cb);
-    }
-    std::unique_lock<std::mutex> lock(mu);
-    cv.wait(lock, [&] { return remaining == 0; });
-    l.tps = 1000.0 * static_cast<double>(l.sample.tokens) / (now_ms() - t0);
+    l.tps = r.tokens_per_s;
+    l.sample.ttft_ms = std::move(r.ttft_ms);
+    l.sample.itl_ms = std::move(r.itl_ms);
+    l.sample.tokens = r.tokens;
+    l.sample.errors = r.errors;
     return l;
 }
 
@@ -311,7 +271,7 @@ void run_bench_net(const std::string& url_text, const std::string& target, const
                     const Level l = path < 0 ? run_in_process(host->runtime(), c, n, spec != 0)
                                              : run_level(urls[static_cast<size_t>(path)], api_key, c, n, spec != 0);
                     tps[slot].push_back(l.tps);
-                    ttft_p50[slot].push_back(pct(l.sample.ttft_ms, 0.5));
+                    ttft_p50[slot].push_back(percentile(l.sample.ttft_ms, 0.5));
                     std::mutex unused;
                     merge(pooled[slot], l.sample, unused);
                 }
@@ -320,8 +280,8 @@ void run_bench_net(const std::string& url_text, const std::string& target, const
                 const size_t slot = static_cast<size_t>(path - first);
                 const Sample& all = pooled[slot];
                 const char* name = path < 0 ? "in-process" : urls[static_cast<size_t>(path)].ws ? "websocket" : "http-sse";
-                std::printf("| %s | %d | %s | %.0f | %.2f | %.2f | %.2f | %.2f | %d |", name, c, spec ? "on" : "off", median_of(tps[slot]),
-                            pct(all.ttft_ms, 0.5), pct(all.ttft_ms, 0.99), pct(all.itl_ms, 0.5), pct(all.itl_ms, 0.99), all.errors);
+                std::printf("| %s | %d | %s | %.0f | %.2f | %.2f | %.2f | %.2f | %d |", name, c, spec ? "on" : "off", median(tps[slot]),
+                            percentile(all.ttft_ms, 0.5), percentile(all.ttft_ms, 0.99), percentile(all.itl_ms, 0.5), percentile(all.itl_ms, 0.99), all.errors);
                 if (host && path < 0) std::printf(" 1.00x | 0.00 |");
                 if (host && path >= 0) {
                     std::vector<double> ratio, added;
@@ -330,7 +290,7 @@ void run_bench_net(const std::string& url_text, const std::string& target, const
                         if (tps[0][ri] > 0) ratio.push_back(tps[slot][ri] / tps[0][ri]);
                         added.push_back(ttft_p50[slot][ri] - ttft_p50[0][ri]);
                     }
-                    std::printf(" %.3fx | %+.2f |", median_of(ratio), median_of(added));
+                    std::printf(" %.3fx | %+.2f |", median(ratio), median(added));
                 }
                 std::printf("\n");
                 std::fflush(stdout);

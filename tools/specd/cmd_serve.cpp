@@ -20,6 +20,7 @@
 #include "engine/generate.h"
 #include "engine/speculative.h"
 #include "net/server.h"
+#include "tools/specd/bench_load.h"
 #include "tools/specd/commands.h"
 #include "tools/specd/config_flags.h"
 
@@ -154,28 +155,10 @@ void run_serve(const ConfigFlags& flags) {
     log::info("stopped", {{"cancelled", left}});
 }
 
-double percentile(std::vector<double> v, double p) {
-    if (v.empty()) return 0.0;
-    std::sort(v.begin(), v.end());
-    const size_t i = std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size() - 1) + 0.5));
-    return v[i];
-}
 
-double median(std::vector<double> v) { return percentile(std::move(v), 0.5); }
+}  // namespace
 
-struct LoadResult {
-    double tokens_per_s = 0.0;
-    std::vector<double> ttft_ms, itl_ms;
-    double acceptance = 0.0;
-    int64_t load_capped = 0;
-    int64_t tokens = 0, steps = 0, drafted = 0;  // over the requests: generated tokens, target steps, drafted tokens
-};
-
-const char* kBenchPrompts[] = {"Once upon a time", "Lily and Ben went to the park.", "One day, a little girl named Sue found a shiny rock.",
-                               "The sun was hot", "Max the dog liked to run", "Anna saw a big bird in the tree. She"};
-
-// `concurrency` requests at once, all greedy, n tokens each.
-LoadResult run_load(Runtime& rt, int concurrency, int n, bool spec) {
+LoadResult run_load(Runtime& rt, int concurrency, int n, bool spec, bool ignore_eos) {
     std::mutex mu;
     std::condition_variable cv;
     int remaining = concurrency;
@@ -185,10 +168,10 @@ LoadResult run_load(Runtime& rt, int concurrency, int n, bool spec) {
     for (int i = 0; i < concurrency; ++i) {
         generate_request req;
         req.id = std::to_string(i);
-        req.prompt = kBenchPrompts[i % 6];
+        req.prompt = kBenchPrompts[i % kBenchPromptCount];
         req.max_tokens = n;
         req.sampling.temperature = 0.0f;
-        req.stop_at_eos = false;
+        req.stop_at_eos = !ignore_eos;
         req.speculative = spec ? 1 : 0;
         auto last = std::make_shared<double>(-1.0);
         const double submitted = now_ms();
@@ -212,6 +195,7 @@ LoadResult run_load(Runtime& rt, int concurrency, int n, bool spec) {
         cb.on_error = [&](const error_event& e) {
             std::lock_guard<std::mutex> lock(mu);
             std::fprintf(stderr, "bench: request %s failed: %s\n", e.id.c_str(), e.message.c_str());
+            ++r.errors;
             if (--remaining == 0) cv.notify_all();
         };
         rt.submit(req, cb);
@@ -225,8 +209,6 @@ LoadResult run_load(Runtime& rt, int concurrency, int n, bool spec) {
     r.drafted = drafted;
     return r;
 }
-
-}  // namespace
 
 void run_bench_concurrency(const std::string& target, const std::string& draft, const std::vector<int>& levels, int n, int reps,
                            int threads, const std::string& device) {
