@@ -66,6 +66,8 @@ struct done_event {
     int64_t accepted = 0;                 // of those, accepted
     int64_t draft_steps = 0;              // steps that verified at least one drafted token
     int64_t load_capped = 0;              // steps whose k the load policy cut
+    double draft_ms = 0.0;                // wall time of the draft steps this request was in (shared with their other requests)
+    double verify_ms = 0.0;               // likewise, of its decode steps in the verifier (prefill not included)
     std::vector<int64_t> drafted_per_position;   // (draft_max)
     std::vector<int64_t> accepted_per_position;  // (draft_max)
 };
@@ -184,7 +186,7 @@ typename Inspector::result_type inspect(Inspector& f, token_event& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, done_event& x) {
     return f(caf::meta::type_name("specd::done_event"), x.id, x.finish_reason, x.prompt_tokens, x.completion_tokens, x.ttft_ms,
-             x.total_ms, x.speculative, x.steps, x.drafted, x.accepted, x.draft_steps, x.load_capped, x.drafted_per_position,
+             x.total_ms, x.speculative, x.steps, x.drafted, x.accepted, x.draft_steps, x.load_capped, x.draft_ms, x.verify_ms, x.drafted_per_position,
              x.accepted_per_position);
 }
 template <class Inspector>

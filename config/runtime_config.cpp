@@ -100,6 +100,10 @@ const std::vector<Entry>& entries() {
              .help = "nice value of the compute threads, so network threads preempt them (0: unchanged)", .kind = Kind::integer,
              .min = 0, .max = 19},
             &RuntimeConfig::compute_nice);
+        add({.key = "cpu_affinity", .env = "SPECD_CPU_AFFINITY", .flag = "--cpu-affinity",
+             .help = "pin each compute thread to a core: on, off, or auto (on when the compute threads number the CPUs this process may use)",
+             .kind = Kind::choice, .choices = {"auto", "on", "off"}},
+            &RuntimeConfig::cpu_affinity);
         add({.key = "device", .env = "SPECD_DEVICE", .flag = "--device",
              .help = "where the models run: auto (a CUDA GPU when one is usable, else the CPU), cpu or cuda", .kind = Kind::choice,
              .choices = {"auto", "cpu", "cuda"}},

@@ -56,6 +56,10 @@ struct RuntimeConfig {
     int32_t compute_nice = 5;          // "compute_nice" / SPECD_COMPUTE_NICE: nice value of the compute threads (pool workers,
                                        //   verifier, draft; 0..19, 0: unchanged), so that the network and session
                                        //   threads' short bursts preempt them at once instead of waiting for a time slice
+    std::string cpu_affinity = "auto"; // "cpu_affinity" / SPECD_CPU_AFFINITY: pin each compute thread to a core of its own
+                                       //   (the verifier and draft threads to their pool's first core): "on", "off", or
+                                       //   "auto": on when the compute threads number exactly the CPUs this process may use
+                                       //   (a machine given over to the server), off otherwise
     std::string device = "auto";       // "device" / SPECD_DEVICE: auto (CUDA GPU 0 when usable, else the CPU), cpu or cuda
                                        //   (cuda without a usable GPU refuses to start)
     int32_t prefill_chunk = 128;       // "prefill_chunk" / SPECD_PREFILL_CHUNK: prompt tokens per verifier step

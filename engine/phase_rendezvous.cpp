@@ -15,11 +15,11 @@ bool PhaseRendezvous::arrived(Phase phase, uint64_t request) {
     if (phase == Phase::Verify) {
         expected_.erase(it);
         // The drafter waited for it while it was returning.
-        return before == Where::Returning;
+        return before == Where::Returning && holding_[static_cast<int>(Phase::Draft)];
     }
     it->second = Where::AtDraft;
     // A non-strict verifier waited for it while it was returning; a strict one still does.
-    return !strict_;
+    return !strict_ && holding_[static_cast<int>(Phase::Verify)];
 }
 
 void PhaseRendezvous::closed(uint64_t request) {
@@ -27,18 +27,23 @@ void PhaseRendezvous::closed(uint64_t request) {
     expected_.erase(request);
 }
 
-PhaseRendezvous::Wait PhaseRendezvous::waiting_for(Phase phase) const {
+PhaseRendezvous::Wait PhaseRendezvous::waiting_for(Phase phase) {
     std::lock_guard<std::mutex> lock(mu_);
     Wait wait = Wait::None;
     for (const auto& [request, where] : expected_) {
-        if (where == Where::Returning) return Wait::Returning;
+        if (where == Where::Returning) {
+            wait = Wait::Returning;
+            break;
+        }
         if (waits_for(phase, where)) wait = Wait::Drafting;
     }
+    holding_[static_cast<int>(phase)] = wait != Wait::None;
     return wait;
 }
 
 void PhaseRendezvous::give_up(Phase phase) {
     std::lock_guard<std::mutex> lock(mu_);
+    holding_[static_cast<int>(phase)] = false;
     for (auto it = expected_.begin(); it != expected_.end();) {
         if (waits_for(phase, it->second)) it = expected_.erase(it);
         else ++it;

@@ -35,17 +35,20 @@ public:
     // The verifier's step answered these requests: they will come back.
     void answered(std::span<const uint64_t> requests);
     // A request's message reached `phase`. Returns true when the other
-    // phase may have been waiting for it (it should look again).
+    // phase is holding its step and may have been waiting for it (it
+    // should look again); false spares a wake-up of its thread.
     bool arrived(Phase phase, uint64_t request);
     // The request ended (closed): nobody waits for it.
     void closed(uint64_t request);
     // Whether `phase` should hold its step for a request still on its way.
-    bool should_wait(Phase phase) const { return waiting_for(phase) != Wait::None; }
+    bool should_wait(Phase phase) { return waiting_for(phase) != Wait::None; }
     // What `phase` waits for: nobody, a request returning from the last
     // verifier step (a short hold), or, strict verifier only, none returning
-    // but some still drafting (a hold as long as a draft).
+    // but some still drafting (a hold as long as a draft). Asked by the
+    // phase itself before it steps: an answer other than None marks it as
+    // holding until it asks again.
     enum class Wait { None, Returning, Drafting };
-    Wait waiting_for(Phase phase) const;
+    Wait waiting_for(Phase phase);
     // `phase` held long enough: it stops waiting for those it was waiting for
     // (they join whichever step they reach).
     void give_up(Phase phase);
@@ -60,6 +63,7 @@ private:
     }
 
     const bool strict_;
+    bool holding_[2] = {false, false};  // [Phase]: its last waiting_for() said to hold
     mutable std::mutex mu_;
     std::unordered_map<uint64_t, Where> expected_;
 };

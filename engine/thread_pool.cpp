@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #if defined(__linux__)
+#include <sched.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -22,13 +23,17 @@ namespace {
 // few microseconds apart, so spinning is what keeps the barrier cheap; the
 // fallback keeps an oversubscribed machine (CI, sanitizers) from crawling.
 constexpr int kSpinRounds = 1 << 11;
+
+std::atomic<uint64_t> next_pool_id{1};
 }  // namespace
 
-ThreadPool::ThreadPool(int n_threads, int worker_nice) : n_threads_(std::max(1, n_threads)) {
+ThreadPool::ThreadPool(int n_threads, int worker_nice, std::vector<int> cpus)
+    : n_threads_(std::max(1, n_threads)), cpus_(std::move(cpus)), id_(next_pool_id.fetch_add(1)) {
     workers_.reserve(n_threads_ - 1);
     for (int i = 1; i < n_threads_; ++i) {
         workers_.emplace_back([this, i, worker_nice] {
             if (worker_nice != 0) (void)set_current_thread_nice(worker_nice);
+            if (!cpus_.empty()) (void)pin_current_thread(cpus_[static_cast<size_t>(i) % cpus_.size()]);
             worker_loop(i);
         });
     }
@@ -50,6 +55,36 @@ ThreadPool::~ThreadPool() {
     for (auto& t : workers_) t.join();
 }
 
+std::vector<int> ThreadPool::allowed_cpus() {
+    std::vector<int> out;
+#if defined(__linux__)
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+        for (int c = 0; c < CPU_SETSIZE; ++c) {
+            if (CPU_ISSET(c, &set)) out.push_back(c);
+        }
+    }
+#endif
+    if (out.empty()) {
+        for (int c = 0; c < hardware_threads(); ++c) out.push_back(c);
+    }
+    return out;
+}
+
+bool ThreadPool::pin_current_thread(int cpu) {
+#if defined(__linux__)
+    if (cpu < 0 || cpu >= CPU_SETSIZE) return false;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    return sched_setaffinity(0, sizeof(set), &set) == 0;
+#else
+    (void)cpu;
+    return false;
+#endif
+}
+
 int ThreadPool::hardware_threads() {
     unsigned n = std::thread::hardware_concurrency();
     return n == 0 ? 1 : static_cast<int>(n);
@@ -61,11 +96,20 @@ void ThreadPool::run_impl(JobFn fn, void* ctx) {
         return;
     }
     std::lock_guard<std::mutex> lock(run_mu_);
+    if (!cpus_.empty()) {
+        thread_local uint64_t pinned_for = 0;  // the pool this thread was last pinned for
+        if (pinned_for != id_) {
+            (void)pin_current_thread(cpus_[0]);
+            pinned_for = id_;
+        }
+    }
     job_fn_ = fn;
     job_ctx_ = ctx;
     jobs_pending_.store(n_threads_ - 1, std::memory_order_relaxed);
-    job_generation_.fetch_add(1, std::memory_order_acq_rel);
-    job_generation_.notify_all();
+    // seq_cst pairs with the worker's sleeping_workers_ increment: either it
+    // sees the new generation before it waits, or this sees it asleep.
+    job_generation_.fetch_add(1, std::memory_order_seq_cst);
+    if (sleeping_workers_.load(std::memory_order_seq_cst) > 0) job_generation_.notify_all();
     fn(ctx, 0, n_threads_);
     for (int spin = 0; jobs_pending_.load(std::memory_order_acquire) != 0; ++spin) {
         if (spin < kSpinRounds) SPECD_CPU_RELAX(); else std::this_thread::yield();
@@ -73,14 +117,16 @@ void ThreadPool::run_impl(JobFn fn, void* ctx) {
 }
 
 void ThreadPool::worker_loop(int ith) {
-    uint64_t seen = 0;
+    uint32_t seen = 0;
     for (;;) {
-        uint64_t gen = job_generation_.load(std::memory_order_acquire);
+        uint32_t gen = job_generation_.load(std::memory_order_acquire);
         for (int spin = 0; gen == seen; ++spin) {
             if (spin < kSpinRounds) {
                 SPECD_CPU_RELAX();
             } else {
-                job_generation_.wait(gen, std::memory_order_acquire);
+                sleeping_workers_.fetch_add(1, std::memory_order_seq_cst);
+                job_generation_.wait(gen, std::memory_order_seq_cst);
+                sleeping_workers_.fetch_sub(1, std::memory_order_relaxed);
             }
             gen = job_generation_.load(std::memory_order_acquire);
         }

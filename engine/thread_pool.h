@@ -16,7 +16,12 @@ class ThreadPool {
 public:
     // n_threads: total threads including the caller (>= 1). `worker_nice`
     // (default 0: unchanged) is applied to each worker thread at start.
-    explicit ThreadPool(int n_threads, int worker_nice = 0);
+    // `cpus` (default empty: no pinning): worker i runs only on cpus[i] and
+    // a thread that calls run() only on cpus[0] from then on (wrapping
+    // around when shorter than n_threads), so that the threads of a job
+    // stay on their own cores between jobs instead of waking up on a core
+    // where another of them still spins.
+    explicit ThreadPool(int n_threads, int worker_nice = 0, std::vector<int> cpus = {});
     ~ThreadPool();
     ThreadPool(const ThreadPool&) = delete;
     ThreadPool& operator=(const ThreadPool&) = delete;
@@ -37,6 +42,15 @@ public:
     // Threads the hardware offers (at least 1).
     static int hardware_threads();
 
+    // The CPUs this process may run on, ascending (Linux: its affinity
+    // mask; elsewhere 0..hardware_threads()-1).
+    static std::vector<int> allowed_cpus();
+
+    // Restricts the calling thread to one CPU; false where refused or unsupported.
+    static bool pin_current_thread(int cpu);
+
+    const std::vector<int>& cpus() const { return cpus_; }
+
     // Sets the calling thread's nice value (Linux: per thread). Raising it
     // needs no privilege; returns false where the system refused.
     static bool set_current_thread_nice(int nice);
@@ -50,11 +64,19 @@ private:
     void worker_loop(int ith);
 
     int n_threads_;
+    std::vector<int> cpus_;  // (empty, or the CPU of each thread index, wrapping)
+    uint64_t id_;            // tells the pools apart for a caller's pinning
     std::vector<std::thread> workers_;
     std::mutex run_mu_;  // one job at a time; held for the whole job
     JobFn job_fn_ = nullptr;
     void* job_ctx_ = nullptr;
-    std::atomic<uint64_t> job_generation_{0};  // bumped to start a job
+    // Bumped to start a job. 32 bits: libstdc++ waits on a 4-byte atomic
+    // with a futex on its own address, but on an 8-byte one through a
+    // proxy shared by every atomic that hashes alike, so a job of one pool
+    // woke the sleeping workers of the others (a nice-0 worker of another
+    // pool then preempted this pool's compute threads at every job).
+    std::atomic<uint32_t> job_generation_{0};
+    std::atomic<int> sleeping_workers_{0};      // workers in wait(): a job start without them needs no syscall
     std::atomic<int> jobs_pending_{0};          // workers still running the job
     std::atomic<bool> stopping_{false};
     // Sense-reversing barrier.

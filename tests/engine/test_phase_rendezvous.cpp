@@ -40,6 +40,7 @@ TEST_CASE("rendezvous: separate pools, the verifier does not wait out a session'
     PhaseRendezvous r(false);
     const std::vector<uint64_t> step = {1, 2};
     r.answered(step);
+    CHECK(r.should_wait(Phase::Verify));  // the verifier holds its step
     CHECK(r.arrived(Phase::Draft, 1));  // the verifier may have waited for 1: it should look again
     CHECK(r.arrived(Phase::Draft, 2));
     CHECK(r.waiting_for(Phase::Verify) == PhaseRendezvous::Wait::None);  // loose: drafting ones are not waited for
@@ -49,6 +50,26 @@ TEST_CASE("rendezvous: separate pools, the verifier does not wait out a session'
     CHECK_FALSE(r.arrived(Phase::Verify, 1));
     CHECK_FALSE(r.arrived(Phase::Verify, 2));
     CHECK(r.tracked() == 0);
+}
+
+TEST_CASE("rendezvous: an arrival asks the other phase to look again only while that phase holds its step", "[rendezvous]") {
+    PhaseRendezvous r(false);
+    const std::vector<uint64_t> step = {1, 2, 3};
+    r.answered(step);
+    // Neither phase has asked, so neither holds: a wake-up would be wasted.
+    CHECK_FALSE(r.arrived(Phase::Verify, 1));
+    CHECK_FALSE(r.arrived(Phase::Draft, 2));
+    // The drafter holds (3 is still returning): 3 reaching the verifier is news to it.
+    CHECK(r.should_wait(Phase::Draft));
+    CHECK(r.arrived(Phase::Verify, 3));
+    // The drafter asked again and found nobody to wait for: it holds no more.
+    CHECK_FALSE(r.should_wait(Phase::Draft));
+    r.answered(step);
+    CHECK_FALSE(r.arrived(Phase::Verify, 1));
+    // Giving up ends a hold too.
+    CHECK(r.should_wait(Phase::Draft));
+    r.give_up(Phase::Draft);
+    CHECK_FALSE(r.arrived(Phase::Verify, 2));
 }
 
 TEST_CASE("rendezvous: a shared pool makes the verifier wait for drafting sessions too", "[rendezvous]") {

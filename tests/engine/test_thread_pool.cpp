@@ -3,7 +3,11 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
+#include <thread>
 #include <vector>
+
+#include <sched.h>
 
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -79,4 +83,48 @@ TEST_CASE("thread pool workers run at the nice value given; the caller keeps its
         if (ith == 1) worker = own_nice();
     });
     CHECK(worker == caller_before);
+}
+
+TEST_CASE("thread pool with cpus pins worker i to cpus[i] and its caller to cpus[0]; without, nothing is pinned", "[pool]") {
+    const std::vector<int> allowed = ThreadPool::allowed_cpus();
+    REQUIRE_FALSE(allowed.empty());
+    const int n = 3;  // more threads than a 2-CPU machine has: the list wraps around
+    std::vector<int> cpus;
+    for (int i = 0; i < n; ++i) cpus.push_back(allowed[static_cast<size_t>(i) % allowed.size()]);
+    // The caller is pinned by run(): do it on a thread of its own, so the
+    // test runner's thread keeps its affinity.
+    std::vector<int> seen(n, -1);
+    std::vector<int> caller_after;
+    std::thread caller([&] {
+        ThreadPool pool(n, 0, cpus);
+        for (int round = 0; round < 3; ++round) {
+            pool.run([&](int ith, int) { seen[static_cast<size_t>(ith)] = sched_getcpu(); });
+            for (int i = 0; i < n; ++i) CHECK(seen[static_cast<size_t>(i)] == cpus[static_cast<size_t>(i)]);
+        }
+        caller_after = ThreadPool::allowed_cpus();  // its whole affinity mask now
+    });
+    caller.join();
+    CHECK(caller_after == std::vector<int>{cpus[0]});
+
+    // Unpinned pools leave every thread free to run anywhere.
+    ThreadPool free_pool(2);
+    std::vector<size_t> masks(2, 0);
+    free_pool.run([&](int ith, int) { masks[static_cast<size_t>(ith)] = ThreadPool::allowed_cpus().size(); });
+    CHECK(masks[0] == allowed.size());
+    CHECK(masks[1] == allowed.size());
+}
+
+TEST_CASE("two thread pools whose workers fall asleep between jobs both run every job", "[pool]") {
+    // Two pools, as the runtime's target and draft pools; each worker falls
+    // asleep between jobs here (the pause outlasts the spin).
+    ThreadPool a(2), b(2);
+    std::atomic<int> ran_a{0}, ran_b{0};
+    for (int round = 0; round < 20; ++round) {
+        a.run([&](int, int) { ran_a.fetch_add(1); });
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        b.run([&](int, int) { ran_b.fetch_add(1); });
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    CHECK(ran_a.load() == 40);
+    CHECK(ran_b.load() == 40);
 }

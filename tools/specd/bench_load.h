@@ -24,6 +24,8 @@ struct LoadResult {
     double acceptance = 0.0;
     int64_t load_capped = 0;
     int64_t tokens = 0, steps = 0, drafted = 0;  // over the requests: generated tokens, target steps, drafted tokens
+    double draft_ms = 0.0, verify_ms = 0.0;       // over the requests: time of the draft and verifier steps they were in
+    double wall_ms = 0.0;                         // first submit → last done
     int errors = 0;                               // requests that failed (each also printed on stderr)
 };
 

@@ -190,6 +190,8 @@ LoadResult run_load(Runtime& rt, int concurrency, int n, bool spec, bool ignore_
             accepted += d.accepted;
             r.load_capped += d.load_capped;
             r.steps += d.steps;
+            r.draft_ms += d.draft_ms;
+            r.verify_ms += d.verify_ms;
             if (--remaining == 0) cv.notify_all();
         };
         cb.on_error = [&](const error_event& e) {
@@ -203,6 +205,7 @@ LoadResult run_load(Runtime& rt, int concurrency, int n, bool spec, bool ignore_
     std::unique_lock<std::mutex> lock(mu);
     cv.wait(lock, [&] { return remaining == 0; });
     const double ms = now_ms() - t0;
+    r.wall_ms = ms;
     r.tokens_per_s = 1000.0 * static_cast<double>(tokens) / ms;
     r.acceptance = drafted ? static_cast<double>(accepted) / static_cast<double>(drafted) : 0.0;
     r.tokens = tokens;
@@ -241,20 +244,25 @@ void run_bench_concurrency(const std::string& target, const std::string& draft, 
     gp.stop_at_eos = false;
     const auto prompt_ids = tm->tokenizer().encode(kBenchPrompts[0], true);
     SpeculativeDecoder direct_off(fwd, kv, nullptr), direct_on(fwd, kv, proposer.get());
-    int64_t direct_steps[2] = {0, 0}, direct_tokens[2] = {0, 0}, direct_drafted[2] = {0, 0};  // summed over the paired rounds
-    double direct_draft_ms = 0, direct_verify_ms = 0;  // speculative, summed likewise
+    // Summed over the paired rounds, [spec]: what each path spent per target step.
+    struct PathTotals {
+        int64_t steps = 0, tokens = 0, drafted = 0;
+        double wall_ms = 0, draft_ms = 0, verify_ms = 0;
+        double per_step(double v) const { return steps > 0 ? v / static_cast<double>(steps) : 0.0; }
+    };
+    PathTotals direct_totals[2], runtime_totals[2];
     auto run_direct = [&](bool spec) {
         const double t0 = now_ms();
         const auto out = (spec ? direct_on : direct_off).generate(prompt_ids, gp, SpeculativeParams{});
-        const double tps = 1000.0 * static_cast<double>(out.tokens.size()) / (now_ms() - t0);
-        direct_steps[spec] += out.stats.n_steps;
-        direct_tokens[spec] += static_cast<int64_t>(out.tokens.size());
-        direct_drafted[spec] += out.stats.n_drafted;
-        if (spec) {
-            direct_draft_ms += out.stats.draft_ms;
-            direct_verify_ms += out.stats.verify_ms;
-        }
-        return tps;
+        const double ms = now_ms() - t0;
+        PathTotals& t = direct_totals[spec];
+        t.steps += out.stats.n_steps;
+        t.tokens += static_cast<int64_t>(out.tokens.size());
+        t.drafted += out.stats.n_drafted;
+        t.wall_ms += ms;
+        t.draft_ms += out.stats.draft_ms;
+        t.verify_ms += out.stats.verify_ms;
+        return 1000.0 * static_cast<double>(out.tokens.size()) / ms;
     };
     (void)run_direct(true);  // warm-up
 
@@ -283,15 +291,17 @@ void run_bench_concurrency(const std::string& target, const std::string& draft, 
     // Paired rounds: the runtime with one request, then the engine, so that
     // the machine's drift falls on both alike.
     std::vector<double> ratio[2], via_runtime[2], direct[2];
-    int64_t rt_steps[2] = {0, 0}, rt_tokens[2] = {0, 0}, rt_drafted[2] = {0, 0};
-    direct_steps[0] = direct_steps[1] = direct_tokens[0] = direct_tokens[1] = direct_drafted[0] = direct_drafted[1] = 0;
-    direct_draft_ms = direct_verify_ms = 0;
+    direct_totals[0] = direct_totals[1] = PathTotals{};
     for (int i = 0; i < reps; ++i) {
         for (int spec = 0; spec < 2; ++spec) {
             const LoadResult lr = run_load(rt, 1, n, spec != 0);
-            rt_steps[spec] += lr.steps;
-            rt_tokens[spec] += lr.tokens;
-            rt_drafted[spec] += lr.drafted;
+            PathTotals& t = runtime_totals[spec];
+            t.steps += lr.steps;
+            t.tokens += lr.tokens;
+            t.drafted += lr.drafted;
+            t.wall_ms += lr.wall_ms;
+            t.draft_ms += lr.draft_ms;
+            t.verify_ms += lr.verify_ms;
             const double r = lr.tokens_per_s;
             const double d = run_direct(spec != 0);
             via_runtime[spec].push_back(r);
@@ -303,12 +313,18 @@ void run_bench_concurrency(const std::string& target, const std::string& draft, 
                 "plain %.3fx (%.0f / %.0f tokens/s), speculative %.3fx (%.0f / %.0f tokens/s)\n",
                 reps, median(ratio[0]), median(via_runtime[0]), median(direct[0]), median(ratio[1]), median(via_runtime[1]),
                 median(direct[1]));
-    const auto per_step = [](int64_t a, int64_t steps) { return steps > 0 ? static_cast<double>(a) / static_cast<double>(steps) : 0.0; };
-    std::printf("speculative, per target step: runtime %.2f tokens (%.2f drafted), engine %.2f tokens (%.2f drafted; "
-                "%.2f ms drafting, %.2f ms verifying)\n",
-                per_step(rt_tokens[1], rt_steps[1]), per_step(rt_drafted[1], rt_steps[1]), per_step(direct_tokens[1], direct_steps[1]),
-                per_step(direct_drafted[1], direct_steps[1]), direct_steps[1] ? direct_draft_ms / static_cast<double>(direct_steps[1]) : 0.0,
-                direct_steps[1] ? direct_verify_ms / static_cast<double>(direct_steps[1]) : 0.0);
+    // Wall time per step minus the compute the step reported is what lies
+    // between the steps: the messages, the holds, prefill and sampling.
+    std::printf("per target step, over all paired rounds:\n");
+    std::printf("| path | mode | tokens | drafted | wall ms | drafting ms | verifying ms | other ms |\n| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+    for (int spec = 0; spec < 2; ++spec) {
+        for (const PathTotals* t : {&runtime_totals[spec], &direct_totals[spec]}) {
+            const double wall = t->per_step(t->wall_ms), dr = t->per_step(t->draft_ms), ve = t->per_step(t->verify_ms);
+            std::printf("| %s | %s | %.2f | %.2f | %.3f | %.3f | %.3f | %.3f |\n", t == &direct_totals[spec] ? "engine" : "runtime",
+                        spec ? "speculative" : "plain", t->per_step(static_cast<double>(t->tokens)), t->per_step(static_cast<double>(t->drafted)),
+                        wall, dr, ve, wall - dr - ve);
+        }
+    }
 }
 
 void register_serve_command(CLI::App& app) {
