@@ -236,7 +236,7 @@ void BatchVerifier::step(std::vector<VerifyOutcome>& out) {
         } else {
             logits = fwd_.forward(kv_, items_);
         }
-        const double ms = now_ms() - t0;
+        const size_t first_out = out.size();
         const size_t V = static_cast<size_t>(fwd_.n_vocab());
         int32_t step_tokens = 0;
         for (int32_t n : item_len_) step_tokens += n;
@@ -252,7 +252,6 @@ void BatchVerifier::step(std::vector<VerifyOutcome>& out) {
             o.batch_requests = static_cast<int32_t>(items_.size());
             o.open_requests = static_cast<int32_t>(requests_.size());
             o.batch_tokens = step_tokens;
-            o.step_ms = ms;
             if (q.job.prefill) {
                 q.prefilled += item_len_[it];
                 if (q.prefilled < static_cast<int32_t>(q.job.tokens.size())) continue;
@@ -279,6 +278,10 @@ void BatchVerifier::step(std::vector<VerifyOutcome>& out) {
             done[item_job_[it]] = 1;
             out.push_back(std::move(o));
         }
+        // The step's time covers the acceptance rule too, as a step of the
+        // single-sequence decoder does (the draft-length controller weighs it).
+        const double ms = now_ms() - t0;
+        for (size_t i = first_out; i < out.size(); ++i) out[i].step_ms = ms;
     }
     size_t w = 0;
     for (size_t i = 0; i < queue_.size(); ++i) {
