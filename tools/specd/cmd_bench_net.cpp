@@ -5,12 +5,10 @@
 // and measures both paths in one run, so the network front end's cost is a
 // ratio from the same process on the same machine.
 #include <algorithm>
-#include <chrono>
-#include <memory>
+#include <array>
 #include <cstdio>
-#include <mutex>
+#include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <boost/asio.hpp>
@@ -65,9 +63,8 @@ struct Sample {
     int errors = 0;
 };
 
-// Adds one client's figures to the level's.
-void merge(Sample& out, const Sample& local, std::mutex& mu) {
-    std::lock_guard<std::mutex> lock(mu);
+// Adds one run's figures to the pooled ones.
+void merge(Sample& out, const Sample& local) {
     out.ttft_ms.insert(out.ttft_ms.end(), local.ttft_ms.begin(), local.ttft_ms.end());
     out.itl_ms.insert(out.itl_ms.end(), local.itl_ms.begin(), local.itl_ms.end());
     out.tokens += local.tokens;
@@ -78,110 +75,141 @@ json request_body(int i, int n, bool spec) {
     return json{{"prompt", kBenchPrompts[i % kBenchPromptCount]}, {"max_tokens", n}, {"temperature", 0}, {"speculative", {{"enabled", spec}}}};
 }
 
-// One WebSocket client: one generation, timings recorded per token frame.
-void ws_client(const Url& url, const std::string& key, int i, int n, bool spec, Sample& out, std::mutex& mu) {
-    try {
-        asio::io_context ioc;
-        tcp::resolver resolver(ioc);
-        websocket::stream<tcp::socket> ws(ioc);
-        asio::connect(ws.next_layer(), resolver.resolve(url.host, url.port));
-        ws.set_option(websocket::stream_base::decorator([&](websocket::request_type& req) {
+// The clients of one level run as state machines on one event loop in one
+// thread, as load generators such as wrk do: a thread per client would put
+// 16 threads' wake-ups per token on a 2-core machine that also runs the
+// server, and charge them to the network path.
+class LoadClient : public std::enable_shared_from_this<LoadClient> {
+public:
+    LoadClient(asio::io_context& ioc, const Url& url, const std::string& key, int i, int n, bool spec, Sample& out)
+        : resolver_(ioc), ws_(ioc), url_(url), key_(key), i_(i), n_(n), spec_(spec), out_(out) {}
+
+    void start() {
+        auto self = shared_from_this();
+        resolver_.async_resolve(url_.host, url_.port, [self](beast::error_code ec, tcp::resolver::results_type results) {
+            if (ec) return self->fail("resolve", ec);
+            asio::async_connect(self->ws_.next_layer(), results, [self](beast::error_code ec, const tcp::endpoint&) {
+                if (ec) return self->fail("connect", ec);
+                self->ws_.next_layer().set_option(tcp::no_delay(true));
+                if (self->url_.ws) self->ws_handshake();
+                else self->sse_request();
+            });
+        });
+    }
+
+private:
+    // ---- WebSocket /v1/ws
+    void ws_handshake() {
+        auto self = shared_from_this();
+        ws_.set_option(websocket::stream_base::decorator([key = key_](websocket::request_type& req) {
             if (!key.empty()) req.set(beast::http::field::authorization, "Bearer " + key);
         }));
-        ws.handshake(url.host, "/v1/ws");
-        json body = request_body(i, n, spec);
-        body["type"] = "generate";
-        body["id"] = "b" + std::to_string(i);
-        const double t0 = now_ms();
-        ws.write(asio::buffer(body.dump()));
-        double last = -1;
-        Sample local;
-        beast::flat_buffer buf;
-        while (true) {
-            buf.clear();
-            ws.read(buf);
+        ws_.async_handshake(url_.host, "/v1/ws", [self](beast::error_code ec) {
+            if (ec) return self->fail("handshake", ec);
+            json body = request_body(self->i_, self->n_, self->spec_);
+            body["type"] = "generate";
+            body["id"] = "b" + std::to_string(self->i_);
+            self->payload_ = body.dump();
+            self->t0_ = now_ms();
+            self->ws_.async_write(asio::buffer(self->payload_), [self](beast::error_code ec, size_t) {
+                if (ec) return self->fail("write", ec);
+                self->ws_read();
+            });
+        });
+    }
+
+    void ws_read() {
+        auto self = shared_from_this();
+        buf_.clear();
+        ws_.async_read(buf_, [self](beast::error_code ec, size_t) {
+            if (ec) return self->fail("read", ec);
             const double now = now_ms();
-            const json f = json::parse(beast::buffers_to_string(buf.data()));
-            const std::string type = f.value("type", "");
+            const json f = json::parse(beast::buffers_to_string(self->buf_.data()), nullptr, false);
+            const std::string type = f.is_object() ? f.value("type", "") : "";
             if (type == "token") {
                 const size_t k = f["token_ids"].size();
-                if (last < 0) local.ttft_ms.push_back(now - t0);
-                else local.itl_ms.push_back((now - last) / static_cast<double>(std::max<size_t>(1, k)));
-                last = now;
-                local.tokens += static_cast<int64_t>(k);
-            } else {
-                if (type == "error") ++local.errors;
-                break;
+                self->record(now, k);
+                self->out_.tokens += static_cast<int64_t>(k);
+                return self->ws_read();
             }
-        }
-        beast::error_code ec;
-        ws.close(websocket::close_code::normal, ec);
-        merge(out, local, mu);
-    } catch (const std::exception& e) {
-        std::lock_guard<std::mutex> lock(mu);
-        ++out.errors;
-        std::fprintf(stderr, "bench: client %d: %s\n", i, e.what());
+            if (type != "done") {
+                ++self->out_.errors;
+                std::fprintf(stderr, "bench: client %d: %s\n", self->i_, beast::buffers_to_string(self->buf_.data()).c_str());
+            }
+            self->ws_.async_close(websocket::close_code::normal, [self](beast::error_code) {});
+        });
     }
-}
 
-// One SSE client over plain HTTP/1.1: counts tokens from the timings of
-// the data: events (one per token event of the server).
-void http_client(const Url& url, const std::string& key, int i, int n, bool spec, Sample& out, std::mutex& mu) {
-    try {
-        asio::io_context ioc;
-        tcp::resolver resolver(ioc);
-        tcp::socket sock(ioc);
-        asio::connect(sock, resolver.resolve(url.host, url.port));
-        json body = request_body(i, n, spec);
+    // ---- HTTP POST /v1/completions with "stream": true (SSE)
+    void sse_request() {
+        json body = request_body(i_, n_, spec_);
         body["stream"] = true;
         const std::string payload = body.dump();
-        std::string req = "POST /v1/completions HTTP/1.1\r\nHost: " + url.host + "\r\nContent-Type: application/json\r\nConnection: close\r\n";
-        if (!key.empty()) req += "Authorization: Bearer " + key + "\r\n";
-        req += "Content-Length: " + std::to_string(payload.size()) + "\r\n\r\n" + payload;
-        const double t0 = now_ms();
-        asio::write(sock, asio::buffer(req));
-        std::string pending;
-        char chunk[8192];
-        double last = -1;
-        Sample local;
-        bool done = false;
-        while (!done) {
-            beast::error_code ec;
-            const size_t got = sock.read_some(asio::buffer(chunk), ec);
-            if (got == 0 && ec) break;
+        payload_ = "POST /v1/completions HTTP/1.1\r\nHost: " + url_.host + "\r\nContent-Type: application/json\r\nConnection: close\r\n";
+        if (!key_.empty()) payload_ += "Authorization: Bearer " + key_ + "\r\n";
+        payload_ += "Content-Length: " + std::to_string(payload.size()) + "\r\n\r\n" + payload;
+        t0_ = now_ms();
+        auto self = shared_from_this();
+        asio::async_write(ws_.next_layer(), asio::buffer(payload_), [self](beast::error_code ec, size_t) {
+            if (ec) return self->fail("write", ec);
+            self->sse_read();
+        });
+    }
+
+    void sse_read() {
+        auto self = shared_from_this();
+        ws_.next_layer().async_read_some(asio::buffer(chunk_), [self](beast::error_code ec, size_t got) {
+            if (got == 0 && ec) return self->fail("read", ec);  // the server closes only after [DONE]
             const double now = now_ms();
-            pending.append(chunk, got);
+            self->pending_.append(self->chunk_.data(), got);
             size_t at;
-            while ((at = pending.find("data: ")) != std::string::npos) {
-                const size_t end = pending.find("\n\n", at);
+            while ((at = self->pending_.find("data: ")) != std::string::npos) {
+                const size_t end = self->pending_.find("\n\n", at);
                 if (end == std::string::npos) break;
-                const std::string data = pending.substr(at + 6, end - at - 6);
-                pending.erase(0, end + 2);
-                if (data == "[DONE]") {
-                    done = true;
-                    break;
-                }
-                const json j = json::parse(data);
-                if (j.contains("error")) {
-                    ++local.errors;
+                const std::string data = self->pending_.substr(at + 6, end - at - 6);
+                self->pending_.erase(0, end + 2);
+                if (data == "[DONE]") return;  // the socket closes with this client
+                const json j = json::parse(data, nullptr, false);
+                if (!j.is_object() || j.contains("error")) {
+                    ++self->out_.errors;
+                    std::fprintf(stderr, "bench: client %d: %s\n", self->i_, data.c_str());
                     continue;
                 }
                 if (j.contains("usage")) {
-                    local.tokens = j["usage"]["completion_tokens"].get<int64_t>();
+                    self->out_.tokens += j["usage"]["completion_tokens"].get<int64_t>();
                     continue;
                 }
-                if (last < 0) local.ttft_ms.push_back(now - t0);
-                else local.itl_ms.push_back(now - last);
-                last = now;
+                self->record(now, 1);  // one event per token event of the server; usage counts the tokens
             }
-        }
-        merge(out, local, mu);
-    } catch (const std::exception& e) {
-        std::lock_guard<std::mutex> lock(mu);
-        ++out.errors;
-        std::fprintf(stderr, "bench: client %d: %s\n", i, e.what());
+            self->sse_read();
+        });
     }
-}
+
+    // Time to the first event, then the gap per token of each later one.
+    void record(double now, size_t tokens) {
+        if (last_ < 0) out_.ttft_ms.push_back(now - t0_);
+        else out_.itl_ms.push_back((now - last_) / static_cast<double>(std::max<size_t>(1, tokens)));
+        last_ = now;
+    }
+
+    void fail(const char* what, const beast::error_code& ec) {
+        ++out_.errors;
+        std::fprintf(stderr, "bench: client %d: %s: %s\n", i_, what, ec.message().c_str());
+    }
+
+    tcp::resolver resolver_;
+    websocket::stream<tcp::socket> ws_;  // its next_layer() is the plain socket of the SSE client
+    Url url_;
+    std::string key_;
+    int i_, n_;
+    bool spec_;
+    Sample& out_;  // the level's figures: one thread writes them
+    std::string payload_;
+    beast::flat_buffer buf_;
+    std::array<char, 8192> chunk_{};
+    std::string pending_;
+    double t0_ = 0, last_ = -1;
+};
 
 struct Level {
     double tps = 0;
@@ -190,16 +218,10 @@ struct Level {
 
 Level run_level(const Url& url, const std::string& key, int concurrency, int n, bool spec) {
     Level l;
-    std::mutex mu;
-    std::vector<std::thread> threads;
+    asio::io_context ioc(1);
     const double t0 = now_ms();
-    for (int i = 0; i < concurrency; ++i) {
-        threads.emplace_back([&, i] {
-            if (url.ws) ws_client(url, key, i, n, spec, l.sample, mu);
-            else http_client(url, key, i, n, spec, l.sample, mu);
-        });
-    }
-    for (auto& t : threads) t.join();
+    for (int i = 0; i < concurrency; ++i) std::make_shared<LoadClient>(ioc, url, key, i, n, spec, l.sample)->start();
+    ioc.run();
     l.tps = 1000.0 * static_cast<double>(l.sample.tokens) / (now_ms() - t0);
     return l;
 }
@@ -272,8 +294,7 @@ void run_bench_net(const std::string& url_text, const std::string& target, const
                                              : run_level(urls[static_cast<size_t>(path)], api_key, c, n, spec != 0);
                     tps[slot].push_back(l.tps);
                     ttft_p50[slot].push_back(percentile(l.sample.ttft_ms, 0.5));
-                    std::mutex unused;
-                    merge(pooled[slot], l.sample, unused);
+                    merge(pooled[slot], l.sample);
                 }
             }
             for (int path = first; path < static_cast<int>(urls.size()); ++path) {
