@@ -58,7 +58,9 @@ ThreadPool::~ThreadPool() {
     for (auto& t : workers_) t.join();
 }
 
-std::vector<int> ThreadPool::allowed_cpus() {
+namespace {
+
+std::vector<int> read_allowed_cpus() {
     std::vector<int> out;
 #if defined(__linux__)
     cpu_set_t set;
@@ -70,10 +72,24 @@ std::vector<int> ThreadPool::allowed_cpus() {
     }
 #endif
     if (out.empty()) {
-        for (int c = 0; c < hardware_threads(); ++c) out.push_back(c);
+        const unsigned n = std::thread::hardware_concurrency();
+        for (unsigned c = 0; c < std::max(1u, n); ++c) out.push_back(static_cast<int>(c));
     }
     return out;
 }
+
+}  // namespace
+
+std::vector<int> ThreadPool::allowed_cpus() {
+    static const std::vector<int> at_start = read_allowed_cpus();
+    return at_start;
+}
+
+namespace {
+// Reads the mask while the process starts, before any of its threads is
+// pinned (the mask is per thread, and a pinned caller would see one CPU).
+[[maybe_unused]] const bool g_allowed_cpus_read = !ThreadPool::allowed_cpus().empty();
+}  // namespace
 
 bool ThreadPool::pin_current_thread(int cpu) {
 #if defined(__linux__)
@@ -88,10 +104,7 @@ bool ThreadPool::pin_current_thread(int cpu) {
 #endif
 }
 
-int ThreadPool::hardware_threads() {
-    unsigned n = std::thread::hardware_concurrency();
-    return n == 0 ? 1 : static_cast<int>(n);
-}
+int ThreadPool::hardware_threads() { return static_cast<int>(allowed_cpus().size()); }
 
 void ThreadPool::run_impl(JobFn fn, void* ctx) {
     if (n_threads_ == 1) {

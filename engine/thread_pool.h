@@ -40,11 +40,13 @@ public:
     // Called by every thread of the running job; returns when all arrived.
     void barrier();
 
-    // Threads the hardware offers (at least 1).
+    // Threads the hardware offers this process (at least 1): the CPUs of
+    // allowed_cpus(), so a container limited to some CPUs (a cpuset) gets
+    // that many, not the host's count.
     static int hardware_threads();
 
-    // The CPUs this process may run on, ascending (Linux: its affinity
-    // mask; elsewhere 0..hardware_threads()-1).
+    // The CPUs this process may run on, ascending, as its affinity mask was
+    // when it started (Linux; elsewhere 0..hardware_concurrency-1).
     static std::vector<int> allowed_cpus();
 
     // Restricts the calling thread to one CPU; false where refused or unsupported.
