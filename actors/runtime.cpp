@@ -1479,15 +1479,12 @@ std::shared_ptr<RuntimeShared> build_shared(caf::actor_system& system, const Run
     // session often landed on the core where a pool worker still spun, and
     // the two shared it until the scheduler moved one (stories15M, 2 cores,
     // one session: drafting took 1.06 ms a token against 0.86 ms).
-    const std::vector<int> allowed = ThreadPool::allowed_cpus();
+    // The verifier and draft threads of a shared pool both pin to its first
+    // core, which is right while they take turns; pipelined drafts can run
+    // them at once, so a shared pool then stays unpinned.
     const int compute_threads = (rt->target ? threads : 0) + (rt->draft && !share_pool ? draft_threads : 0);
-    const bool pin = config.cpu_affinity == "on" || (config.cpu_affinity == "auto" && compute_threads == static_cast<int>(allowed.size()));
-    auto cpus_from = [&](size_t first, int n) {
-        std::vector<int> cpus;
-        if (!pin) return cpus;
-        for (int i = 0; i < n; ++i) cpus.push_back(allowed[(first + static_cast<size_t>(i)) % allowed.size()]);
-        return cpus;
-    };
+    const std::string affinity = share_pool && config.pipeline_drafts == "on" ? "off" : config.cpu_affinity;
+    auto cpus_from = [&](int first, int n) { return ThreadPool::affinity_cpus(affinity, compute_threads, first, n); };
     if (rt->target) rt->target_pool = std::make_unique<ThreadPool>(threads, config.compute_nice, cpus_from(0, threads));
     ThreadPool* draft_pool = nullptr;
     if (rt->draft) {
@@ -1496,7 +1493,7 @@ std::shared_ptr<RuntimeShared> build_shared(caf::actor_system& system, const Run
             rt->shared_pool = true;
         } else {
             rt->draft_pool = std::make_unique<ThreadPool>(draft_threads, config.compute_nice,
-                                                          cpus_from(rt->target ? static_cast<size_t>(threads) : 0, draft_threads));
+                                                          cpus_from(rt->target ? threads : 0, draft_threads));
             draft_pool = rt->draft_pool.get();
         }
     }

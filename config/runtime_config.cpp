@@ -101,7 +101,7 @@ const std::vector<Entry>& entries() {
              .min = 0, .max = 19},
             &RuntimeConfig::compute_nice);
         add({.key = "cpu_affinity", .env = "SPECD_CPU_AFFINITY", .flag = "--cpu-affinity",
-             .help = "pin each compute thread to a core: on, off, or auto (on when the compute threads number the CPUs this process may use)",
+             .help = "pin each compute thread to a core: on, off, or auto (on when the compute threads number the CPUs this process may use and no CPU quota applies)",
              .kind = Kind::choice, .choices = {"auto", "on", "off"}},
             &RuntimeConfig::cpu_affinity);
         add({.key = "device", .env = "SPECD_DEVICE", .flag = "--device",

@@ -59,7 +59,8 @@ struct RuntimeConfig {
     std::string cpu_affinity = "auto"; // "cpu_affinity" / SPECD_CPU_AFFINITY: pin each compute thread to a core of its own
                                        //   (the verifier and draft threads to their pool's first core): "on", "off", or
                                        //   "auto": on when the compute threads number exactly the CPUs this process may use
-                                       //   (a machine given over to the server), off otherwise
+                                       //   and no CPU quota (cgroup cpu.max) caps it (a machine given over to the server),
+                                       //   off otherwise; a shared pool with pipeline_drafts "on" is never pinned
     std::string device = "auto";       // "device" / SPECD_DEVICE: auto (CUDA GPU 0 when usable, else the CPU), cpu or cuda
                                        //   (cuda without a usable GPU refuses to start)
     int32_t prefill_chunk = 128;       // "prefill_chunk" / SPECD_PREFILL_CHUNK: prompt tokens per verifier step

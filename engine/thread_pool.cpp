@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <string>
 
 #if defined(__linux__)
 #include <sched.h>
@@ -36,8 +38,9 @@ ThreadPool::ThreadPool(int n_threads, int worker_nice, std::vector<int> cpus)
     for (int i = 1; i < n_threads_; ++i) {
         workers_.emplace_back([this, i, worker_nice] {
             if (worker_nice != 0) (void)set_current_thread_nice(worker_nice);
-            if (!cpus_.empty()) (void)pin_current_thread(cpus_[static_cast<size_t>(i) % cpus_.size()]);
-            worker_loop(i);
+            // Only a worker that did get its core spins long between jobs.
+            const bool pinned = !cpus_.empty() && pin_current_thread(cpus_[static_cast<size_t>(i) % cpus_.size()]);
+            worker_loop(i, pinned);
         });
     }
 }
@@ -104,14 +107,33 @@ bool ThreadPool::pin_current_thread(int cpu) {
 #endif
 }
 
+bool ThreadPool::cpu_quota_limited() {
+#if defined(__linux__)
+    // cgroup v2: "max 100000" is no limit, "150000 100000" one and a half CPUs.
+    std::FILE* f = std::fopen("/sys/fs/cgroup/cpu.max", "r");
+    if (!f) return false;
+    char quota[32] = {0};
+    const bool read = std::fscanf(f, "%31s", quota) == 1;
+    std::fclose(f);
+    return read && std::string(quota) != "max";
+#else
+    return false;
+#endif
+}
+
+std::vector<int> ThreadPool::affinity_cpus(const std::string& policy, int compute_threads, int first, int n) {
+    const std::vector<int> allowed = allowed_cpus();
+    const bool pin = policy == "on" ||
+                     (policy == "auto" && compute_threads == static_cast<int>(allowed.size()) && !cpu_quota_limited());
+    std::vector<int> cpus;
+    if (!pin) return cpus;
+    for (int i = 0; i < n; ++i) cpus.push_back(allowed[static_cast<size_t>(first + i) % allowed.size()]);
+    return cpus;
+}
+
 int ThreadPool::hardware_threads() { return static_cast<int>(allowed_cpus().size()); }
 
 void ThreadPool::run_impl(JobFn fn, void* ctx) {
-    if (n_threads_ == 1) {
-        fn(ctx, 0, 1);  // no shared state: the caller is the pool
-        return;
-    }
-    std::lock_guard<std::mutex> lock(run_mu_);
     if (!cpus_.empty()) {
         thread_local uint64_t pinned_for = 0;  // the pool this thread was last pinned for
         if (pinned_for != id_) {
@@ -119,6 +141,11 @@ void ThreadPool::run_impl(JobFn fn, void* ctx) {
             pinned_for = id_;
         }
     }
+    if (n_threads_ == 1) {
+        fn(ctx, 0, 1);  // no shared state: the caller is the pool
+        return;
+    }
+    std::lock_guard<std::mutex> lock(run_mu_);
     job_fn_ = fn;
     job_ctx_ = ctx;
     jobs_pending_.store(n_threads_ - 1, std::memory_order_relaxed);
@@ -132,7 +159,7 @@ void ThreadPool::run_impl(JobFn fn, void* ctx) {
     }
 }
 
-void ThreadPool::worker_loop(int ith) {
+void ThreadPool::worker_loop(int ith, bool pinned) {
     uint32_t seen = 0;
     for (;;) {
         uint32_t gen = job_generation_.load(std::memory_order_acquire);
@@ -140,7 +167,7 @@ void ThreadPool::worker_loop(int ith) {
         for (int spin = 0; gen == seen; ++spin) {
             if (spin < kSpinRounds) {
                 SPECD_CPU_RELAX();
-            } else if (!cpus_.empty() && (spin == kSpinRounds || (spin & 255) != 0 ||
+            } else if (pinned && (spin == kSpinRounds || (spin & 255) != 0 ||
                                           std::chrono::steady_clock::now() - idle_since < kPinnedIdleSpin)) {
                 // A pinned worker has its core to itself: it stays awake for
                 // the next job, which follows the last one after a message

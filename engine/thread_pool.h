@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdint>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -52,6 +53,18 @@ public:
     // Restricts the calling thread to one CPU; false where refused or unsupported.
     static bool pin_current_thread(int cpu);
 
+    // Whether a CPU quota caps this process (cgroup v2 cpu.max, as set by
+    // `docker --cpus` or a Kubernetes CPU limit): its affinity mask then
+    // overstates what it may use, and pinned threads would spin away quota.
+    static bool cpu_quota_limited();
+
+    // The `cpus` argument for a pool of n threads that takes the allowed
+    // CPUs from index `first` on, under a cpu_affinity policy: "on" pins;
+    // "auto" pins when the process's compute threads number exactly its
+    // allowed CPUs and no CPU quota applies; anything else (and "off")
+    // returns {} (no pinning).
+    static std::vector<int> affinity_cpus(const std::string& policy, int compute_threads, int first, int n);
+
     const std::vector<int>& cpus() const { return cpus_; }
 
     // Sets the calling thread's nice value (Linux: per thread). Raising it
@@ -64,7 +77,7 @@ private:
     static void invoke(void* ctx, int ith, int nth) { (*static_cast<Fn*>(ctx))(ith, nth); }
 
     void run_impl(JobFn fn, void* ctx);
-    void worker_loop(int ith);
+    void worker_loop(int ith, bool pinned);
 
     int n_threads_;
     std::vector<int> cpus_;  // (empty, or the CPU of each thread index, wrapping)

@@ -120,6 +120,24 @@ TEST_CASE("thread pool with cpus pins worker i to cpus[i] and its caller to cpus
     caller.join();
     CHECK(caller_after == std::vector<int>{cpus[0]});
 
+    // A pool of one thread is only its caller: pinned all the same.
+    std::vector<int> single_after;
+    std::thread single([&] {
+        ThreadPool one(1, 0, {allowed.back()});
+        one.run([](int, int) {});
+        single_after = own_affinity();
+    });
+    single.join();
+    CHECK(single_after == std::vector<int>{allowed.back()});
+
+    // The policy: "off" and unknown never pin; "on" always; "auto" only
+    // when the compute threads number the allowed CPUs (and no quota caps them).
+    const int all = static_cast<int>(allowed.size());
+    CHECK(ThreadPool::affinity_cpus("off", all, 0, all).empty());
+    CHECK(ThreadPool::affinity_cpus("on", 1, 0, 2) == std::vector<int>{allowed[0], allowed[1 % allowed.size()]});
+    CHECK(ThreadPool::affinity_cpus("auto", all + 1, 0, all).empty());
+    CHECK(ThreadPool::affinity_cpus("auto", all, 0, all).empty() == ThreadPool::cpu_quota_limited());
+
     // Unpinned pools leave every thread free to run anywhere.
     ThreadPool free_pool(2);
     std::vector<size_t> masks(2, 0);

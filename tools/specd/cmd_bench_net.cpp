@@ -90,7 +90,7 @@ public:
             if (ec) return self->fail("resolve", ec);
             asio::async_connect(self->ws_.next_layer(), results, [self](beast::error_code ec, const tcp::endpoint&) {
                 if (ec) return self->fail("connect", ec);
-                self->ws_.next_layer().set_option(tcp::no_delay(true));
+                self->ws_.next_layer().set_option(tcp::no_delay(true), ec);  // best effort
                 if (self->url_.ws) self->ws_handshake();
                 else self->sse_request();
             });
@@ -125,8 +125,8 @@ private:
             if (ec) return self->fail("read", ec);
             const double now = now_ms();
             const json f = json::parse(beast::buffers_to_string(self->buf_.data()), nullptr, false);
-            const std::string type = f.is_object() ? f.value("type", "") : "";
-            if (type == "token") {
+            const std::string type = f.is_object() && f.contains("type") && f["type"].is_string() ? f["type"].get<std::string>() : "";
+            if (type == "token" && f.contains("token_ids") && f["token_ids"].is_array()) {
                 const size_t k = f["token_ids"].size();
                 self->record(now, k);
                 self->out_.tokens += static_cast<int64_t>(k);
@@ -176,7 +176,13 @@ private:
                     continue;
                 }
                 if (j.contains("usage")) {
-                    self->out_.tokens += j["usage"]["completion_tokens"].get<int64_t>();
+                    const json& usage = j["usage"];
+                    if (usage.is_object() && usage.contains("completion_tokens") && usage["completion_tokens"].is_number_integer()) {
+                        self->out_.tokens += usage["completion_tokens"].get<int64_t>();
+                    } else {
+                        ++self->out_.errors;
+                        std::fprintf(stderr, "bench: client %d: usage without completion_tokens: %s\n", self->i_, data.c_str());
+                    }
                     continue;
                 }
                 self->record(now, 1);  // one event per token event of the server; usage counts the tokens

@@ -232,7 +232,10 @@ void run_bench_concurrency(const std::string& target, const std::string& draft, 
     // across runs (its controller learns as the runtime's sessions do).
     auto tm = LlamaModel::load(target);
     std::unique_ptr<LlamaModel> dm = draft.empty() ? nullptr : LlamaModel::load(draft);
-    ThreadPool pool(threads > 0 ? threads : ThreadPool::hardware_threads());
+    // Pinned as the runtime's shared pool is, so the ratio below is the
+    // actor layer's and not the pinning's.
+    const int n_threads = threads > 0 ? threads : ThreadPool::hardware_threads();
+    ThreadPool pool(n_threads, 0, ThreadPool::affinity_cpus(rc.cpu_affinity, n_threads, 0, n_threads));
     ForwardPass fwd(*tm, pool);
     PagedKvCache kv(fwd.kv_shape(tm->hparams().n_ctx_train, 1));
     std::unique_ptr<Proposer> proposer;
