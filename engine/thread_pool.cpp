@@ -83,7 +83,7 @@ std::vector<int> read_allowed_cpus() {
 
 }  // namespace
 
-std::vector<int> ThreadPool::allowed_cpus() {
+const std::vector<int>& ThreadPool::allowed_cpus() {
     static const std::vector<int> at_start = read_allowed_cpus();
     return at_start;
 }
@@ -122,7 +122,7 @@ bool ThreadPool::cpu_quota_limited() {
 }
 
 std::vector<int> ThreadPool::affinity_cpus(const std::string& policy, int compute_threads, int first, int n) {
-    const std::vector<int> allowed = allowed_cpus();
+    const std::vector<int>& allowed = allowed_cpus();
     const bool pin = policy == "on" ||
                      (policy == "auto" && compute_threads == static_cast<int>(allowed.size()) && !cpu_quota_limited());
     std::vector<int> cpus;

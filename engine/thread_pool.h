@@ -48,7 +48,7 @@ public:
 
     // The CPUs this process may run on, ascending, as its affinity mask was
     // when it started (Linux; elsewhere 0..hardware_concurrency-1).
-    static std::vector<int> allowed_cpus();
+    static const std::vector<int>& allowed_cpus();
 
     // Restricts the calling thread to one CPU; false where refused or unsupported.
     static bool pin_current_thread(int cpu);
@@ -64,8 +64,6 @@ public:
     // allowed CPUs and no CPU quota applies; anything else (and "off")
     // returns {} (no pinning).
     static std::vector<int> affinity_cpus(const std::string& policy, int compute_threads, int first, int n);
-
-    const std::vector<int>& cpus() const { return cpus_; }
 
     // Sets the calling thread's nice value (Linux: per thread). Raising it
     // needs no privilege; returns false where the system refused.

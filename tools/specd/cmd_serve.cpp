@@ -252,19 +252,22 @@ void run_bench_concurrency(const std::string& target, const std::string& draft, 
         int64_t steps = 0, tokens = 0, drafted = 0;
         double wall_ms = 0, draft_ms = 0, verify_ms = 0;
         double per_step(double v) const { return steps > 0 ? v / static_cast<double>(steps) : 0.0; }
+        void add(int64_t run_steps, int64_t run_tokens, int64_t run_drafted, double run_wall_ms, double run_draft_ms, double run_verify_ms) {
+            steps += run_steps;
+            tokens += run_tokens;
+            drafted += run_drafted;
+            wall_ms += run_wall_ms;
+            draft_ms += run_draft_ms;
+            verify_ms += run_verify_ms;
+        }
     };
     PathTotals direct_totals[2], runtime_totals[2];
     auto run_direct = [&](bool spec) {
         const double t0 = now_ms();
         const auto out = (spec ? direct_on : direct_off).generate(prompt_ids, gp, SpeculativeParams{});
         const double ms = now_ms() - t0;
-        PathTotals& t = direct_totals[spec];
-        t.steps += out.stats.n_steps;
-        t.tokens += static_cast<int64_t>(out.tokens.size());
-        t.drafted += out.stats.n_drafted;
-        t.wall_ms += ms;
-        t.draft_ms += out.stats.draft_ms;
-        t.verify_ms += out.stats.verify_ms;
+        direct_totals[spec].add(out.stats.n_steps, static_cast<int64_t>(out.tokens.size()), out.stats.n_drafted, ms, out.stats.draft_ms,
+                                out.stats.verify_ms);
         return 1000.0 * static_cast<double>(out.tokens.size()) / ms;
     };
     (void)run_direct(true);  // warm-up
@@ -298,13 +301,7 @@ void run_bench_concurrency(const std::string& target, const std::string& draft, 
     for (int i = 0; i < reps; ++i) {
         for (int spec = 0; spec < 2; ++spec) {
             const LoadResult lr = run_load(rt, 1, n, spec != 0);
-            PathTotals& t = runtime_totals[spec];
-            t.steps += lr.steps;
-            t.tokens += lr.tokens;
-            t.drafted += lr.drafted;
-            t.wall_ms += lr.wall_ms;
-            t.draft_ms += lr.draft_ms;
-            t.verify_ms += lr.verify_ms;
+            runtime_totals[spec].add(lr.steps, lr.tokens, lr.drafted, lr.wall_ms, lr.draft_ms, lr.verify_ms);
             const double r = lr.tokens_per_s;
             const double d = run_direct(spec != 0);
             via_runtime[spec].push_back(r);
