@@ -28,8 +28,11 @@ struct PromptSet {
 };
 
 // The documented prompt set (docs/BENCHMARKS.md). "stories": open-ended
-// continuations. "grounded": the output repeats parts of the input (the
-// prompt holds a story and starts it again), where n-gram lookup shines.
+// continuations. "grounded": the prompt holds a story and starts it again,
+// so that the output could copy the input (stories15M mostly writes a new
+// story instead). "refrain": dialogues whose lines repeat, where the
+// output does repeat lines of the prompt and of itself, as in the
+// repetitive outputs (code edits, lists, templates) n-gram lookup is for.
 const std::vector<PromptSet>& prompt_sets() {
     static const std::string story =
         "Tom had a red ball. He liked to throw it high in the sky. One day, the ball fell into the pond. Tom was sad. "
@@ -42,6 +45,10 @@ const std::vector<PromptSet>& prompt_sets() {
         {"grounded",
          {story + "\n\n" + story.substr(0, 40), "Here is a story. " + story + " Here is the same story again. " +
                                                      story.substr(0, 30)}},
+        {"refrain",
+         {"Tom said, \"I like my red ball.\" Tom said, \"I like my red ball.\" Tom said, \"I like my red ball.\" Tom said,",
+          "Mom said, \"Time for bed.\" Lily said, \"One more story, please.\" Mom said, \"Time for bed.\" Lily said, "
+          "\"One more story, please.\" Mom said,"}},
     };
     return sets;
 }
@@ -52,6 +59,7 @@ struct BenchSpecOptions {
     bool ngram = true;
     std::vector<int32_t> draft_max{2, 4, 8, 16};
     std::vector<float> temps{0.0f, 0.8f};
+    std::vector<std::string> sets;  // prompt sets to run; empty = all
     int32_t n_gen = 200;
     int32_t repetitions = 3;
     int32_t threads = ThreadPool::hardware_threads();
@@ -87,7 +95,8 @@ std::string svg_chart(const std::vector<Row>& rows, const std::vector<int32_t>& 
         lines[key.str()].push_back({r.k, r.speedup});
         ymax = std::max(ymax, r.speedup * 1.1);
     }
-    const int W = 760, H = 420, L = 60, R = 250, T = 30, B = 50;
+    const int W = 760, L = 60, R = 250, T = 30, B = 50;
+    const int H = std::max(420, T + 14 * static_cast<int>(lines.size()) + B);  // the legend fits
     const double kmax = ks.empty() ? 16 : *std::max_element(ks.begin(), ks.end());
     auto xs = [&](double k) { return L + (W - L - R) * std::log2(std::max(1.0, k)) / std::log2(std::max(2.0, kmax)); };
     auto ys = [&](double s) { return H - B - (H - T - B) * s / ymax; };
@@ -119,6 +128,12 @@ std::string svg_chart(const std::vector<Row>& rows, const std::vector<int32_t>& 
 
 void run_bench_spec(const BenchSpecOptions& o) {
     if (o.repetitions < 1 || o.n_gen < 1) throw Error("bench-spec: -r and -n must be >= 1");
+    for (const std::string& name : o.sets) {
+        const auto& all = prompt_sets();
+        if (std::none_of(all.begin(), all.end(), [&](const PromptSet& s) { return s.name == name; })) {
+            throw Error("bench-spec: unknown prompt set '" + name + "' (stories, grounded, refrain)");
+        }
+    }
     auto target = LlamaModel::load(o.target);
     const int32_t n_ctx = target->hparams().n_ctx_train;
     ThreadPool pool(o.threads);
@@ -149,6 +164,7 @@ void run_bench_spec(const BenchSpecOptions& o) {
     std::printf("| set | temp | proposer | k | t/s | speedup | acceptance | mean acc. len | mean k | draft ms/tok | verify ms/step |\n");
     std::printf("| --- | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
     for (const PromptSet& set : prompt_sets()) {
+        if (!o.sets.empty() && std::find(o.sets.begin(), o.sets.end(), set.name) == o.sets.end()) continue;
         std::vector<std::vector<int32_t>> prompts;
         for (const std::string& p : set.prompts) prompts.push_back(target->tokenizer().encode(p, true));
         for (float temp : o.temps) {
@@ -255,6 +271,7 @@ void register_bench_spec_command(CLI::App& app) {
     b->add_flag("!--no-ngram", o->ngram, "leave out the n-gram proposer");
     b->add_option("--draft-max", o->draft_max, "draft lengths to sweep")->delimiter(',')->capture_default_str();
     b->add_option("--temps", o->temps, "temperatures")->delimiter(',')->capture_default_str();
+    b->add_option("--sets", o->sets, "prompt sets, comma-separated: stories, grounded, refrain (default: all)")->delimiter(',');
     b->add_option("-n,--n-gen", o->n_gen, "tokens per prompt")->capture_default_str();
     b->add_option("-r,--repetitions", o->repetitions, "timed runs per configuration (median)")->capture_default_str();
     b->add_option("-t,--threads", o->threads, "threads")->capture_default_str();
