@@ -684,10 +684,33 @@ struct Prefetch {
     DraftOutcome outcome;
 };
 
+// Where a session's events go: a sink actor, or the submitter's callbacks,
+// called by the session itself. A callback sink of its own would be one
+// more actor to wake per step, and on a machine whose cores the compute
+// threads fill that wake-up preempts the model in mid-step.
+struct EventSink {
+    caf::actor actor;
+    std::shared_ptr<const RuntimeCallbacks> callbacks;
+
+    template <class Event>
+    void deliver(Event&& e, const std::function<void(const std::decay_t<Event>&)>& callback) const {
+        if (!callbacks) return caf::anon_send(actor, std::forward<Event>(e));
+        if (!callback) return;
+        try {
+            callback(e);
+        } catch (const std::exception& ex) {
+            log::warn("a runtime callback threw; the generation goes on", {{"request", e.id}, {"error", ex.what()}});
+        }
+    }
+    void token(token_event e) const { deliver(std::move(e), callbacks ? callbacks->on_token : nullptr); }
+    void done(done_event e) const { deliver(std::move(e), callbacks ? callbacks->on_done : nullptr); }
+    void error(error_event e) const { deliver(std::move(e), callbacks ? callbacks->on_error : nullptr); }
+};
+
 struct session_state {
     std::shared_ptr<RuntimeShared> rt;
     std::unique_ptr<SessionCore> core;
-    caf::actor sink;
+    EventSink sink;
     std::string id;
     uint64_t request = 0;
     double t_submit = 0.0;
@@ -735,7 +758,7 @@ void session_end(session_ptr self) {
 void session_fail(session_ptr self, std::string code, std::string message) {
     auto& s = self->state;
     if (s.ended) return;
-    caf::anon_send(s.sink, error_event{s.id, std::move(code), std::move(message)});
+    s.sink.error(error_event{s.id, std::move(code), std::move(message)});
     session_end(self);
 }
 
@@ -745,7 +768,7 @@ void session_flush(session_ptr self) {
     s.core->take_emitted(s.emitted);
     if (!s.emitted.tokens.empty() || !s.emitted.text.empty()) {
         if (s.t_first < 0) s.t_first = now_ms();
-        caf::anon_send(s.sink, token_event{s.id, s.emitted.tokens, s.emitted.from_draft, s.emitted.text});
+        s.sink.token(token_event{s.id, s.emitted.tokens, s.emitted.from_draft, s.emitted.text});
     }
     if (!s.core->finished()) return;
     const SpecStats& st = s.core->stats();
@@ -776,7 +799,7 @@ void session_flush(session_ptr self) {
     d.verify_ms = st.verify_ms;
     d.drafted_per_position = st.drafted_per_position;
     d.accepted_per_position = st.accepted_per_position;
-    caf::anon_send(s.sink, std::move(d));
+    s.sink.done(std::move(d));
     session_end(self);
 }
 
@@ -868,7 +891,8 @@ void session_run_job(session_ptr self, VerifyJob job) {
                 s.core->on_verify(o);
             }
             // The next step goes out before the tokens: the compute actors
-            // wait for it, and the sink's wake-up would delay it.
+            // wait for it, and delivering the tokens (a sink actor's
+            // wake-up, or the submitter's callbacks) would delay it.
             if (!s.core->finished()) session_step(self);
             session_flush(self);
         },
@@ -1106,7 +1130,7 @@ void session_start(session_ptr self, generate_request& req) {
 }
 
 session_actor::behavior_type session_fun(session_ptr self, std::shared_ptr<RuntimeShared> rt, generate_request req,
-                                         caf::actor sink, uint64_t request) {
+                                         EventSink sink, uint64_t request) {
     auto& s = self->state;
     s.rt = rt;
     s.sink = std::move(sink);
@@ -1147,22 +1171,6 @@ session_actor::behavior_type session_fun(session_ptr self, std::shared_ptr<Runti
         },
         [self](timeout_atom) {
             session_fail(self, "timeout", "the request's deadline passed before it finished");
-        },
-    };
-}
-
-caf::behavior callback_sink(caf::event_based_actor* self, RuntimeCallbacks cb) {
-    return {
-        [cb](const token_event& e) {
-            if (cb.on_token) cb.on_token(e);
-        },
-        [self, cb](const done_event& e) {
-            if (cb.on_done) cb.on_done(e);
-            self->quit();
-        },
-        [self, cb](const error_event& e) {
-            if (cb.on_error) cb.on_error(e);
-            self->quit();
         },
     };
 }
@@ -1584,15 +1592,16 @@ std::unique_ptr<Runtime> Runtime::create(caf::actor_system& system, const Runtim
 
 Runtime::~Runtime() { shutdown(); }
 
-session_actor Runtime::submit(generate_request request, caf::actor sink) {
-    const uint64_t key = shared_->next_request++;
-    auto session = shared_->system->spawn(session_fun, shared_, std::move(request), std::move(sink), key);
-    ++shared_->active;
-    std::weak_ptr<RuntimeShared> weak = shared_;
+namespace {
+session_actor spawn_session(const std::shared_ptr<RuntimeShared>& shared, generate_request request, EventSink sink) {
+    const uint64_t key = shared->next_request++;
+    auto session = shared->system->spawn(session_fun, shared, std::move(request), std::move(sink), key);
+    ++shared->active;
+    std::weak_ptr<RuntimeShared> weak = shared;
     auto ptr = caf::actor_cast<caf::strong_actor_ptr>(session);
     {
-        std::lock_guard<std::mutex> lock(shared_->mu);
-        shared_->sessions.insert(ptr);
+        std::lock_guard<std::mutex> lock(shared->mu);
+        shared->sessions.insert(ptr);
     }
     session->attach_functor([weak, ptr]() {
         if (auto rt = weak.lock()) {
@@ -1603,10 +1612,15 @@ session_actor Runtime::submit(generate_request request, caf::actor sink) {
     });
     return session;
 }
+}  // namespace
+
+session_actor Runtime::submit(generate_request request, caf::actor sink) {
+    return spawn_session(shared_, std::move(request), EventSink{std::move(sink), nullptr});
+}
 
 session_actor Runtime::submit(generate_request request, RuntimeCallbacks callbacks) {
-    auto sink = shared_->system->spawn(callback_sink, std::move(callbacks));
-    return submit(std::move(request), sink);
+    return spawn_session(shared_, std::move(request),
+                         EventSink{caf::actor{}, std::make_shared<const RuntimeCallbacks>(std::move(callbacks))});
 }
 
 GenerateResult Runtime::generate(generate_request request) {

@@ -44,8 +44,12 @@ void configure_network(caf::actor_system_config& cfg);
 // "sharing" policy wakes a worker at once. StandaloneRuntime applies it.
 void configure_low_latency(caf::actor_system_config& cfg);
 
+// Called on the session actor's CAF worker thread, in order, right after
+// the session has sent its next step (so a slow callback delays that
+// request's next tokens, never the model). They must not block for long.
+// An exception from one is logged and the generation goes on.
 struct RuntimeCallbacks {
-    std::function<void(const token_event&)> on_token;  // called on a CAF worker thread, in order
+    std::function<void(const token_event&)> on_token;
     std::function<void(const done_event&)> on_done;
     std::function<void(const error_event&)> on_error;
 };

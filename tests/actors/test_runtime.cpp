@@ -6,6 +6,9 @@
 #include <catch2/catch.hpp>
 
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <stdexcept>
 #include <map>
 #include <thread>
 
@@ -327,6 +330,38 @@ TEST_CASE("a dead draft actor leaves sessions decoding without speculation; a de
     r = rt.generate(greedy_request("after", "Once upon a time", 40));
     REQUIRE(r.ok);
     CHECK(r.tokens == expected);
+}
+
+TEST_CASE("callbacks get every token in order, equal to plain decoding, even when a callback throws", "[runtime]") {
+    StandaloneRuntime host(test_config());
+    std::mutex mu;
+    std::condition_variable cv;
+    std::vector<int32_t> tokens;
+    int events = 0;
+    bool done = false;
+    std::string error;
+    RuntimeCallbacks cb;
+    cb.on_token = [&](const token_event& e) {
+        std::lock_guard<std::mutex> lock(mu);
+        tokens.insert(tokens.end(), e.tokens.begin(), e.tokens.end());
+        if (++events == 1) throw std::runtime_error("the consumer failed on the first event");
+    };
+    cb.on_done = [&](const done_event&) {
+        std::lock_guard<std::mutex> lock(mu);
+        done = true;
+        cv.notify_all();
+    };
+    cb.on_error = [&](const error_event& e) {
+        std::lock_guard<std::mutex> lock(mu);
+        error = e.message;
+        cv.notify_all();
+    };
+    host.runtime().submit(greedy_request("cb", "Once upon a time", 48), cb);
+    std::unique_lock<std::mutex> lock(mu);
+    REQUIRE(cv.wait_for(lock, std::chrono::seconds(60), [&] { return done || !error.empty(); }));
+    CHECK(error.empty());
+    CHECK(events > 1);
+    CHECK(tokens == plain_greedy("Once upon a time", 48));
 }
 
 TEST_CASE("shutdown with requests in flight returns promptly and cleanly", "[runtime]") {
