@@ -56,8 +56,9 @@ public:
     // host instead of n_rows * n_vocab floats. `argmax_out` must hold at
     // least the batch's row count (specd::Error otherwise, nothing run).
     // Returns false, running nothing, when the backend does not offer it
-    // (the default; the CPU backend, whose logits are already on the host);
-    // the caller then uses forward(). Same exceptions as forward().
+    // (the default); the caller then uses forward(). The CPU backend offers
+    // it too: each thread takes the argmax of the columns it computed.
+    // Same exceptions as forward().
     virtual bool forward_greedy(PagedKvCache& kv, std::span<const BatchItem> items, std::span<int32_t> argmax_out) {
         (void)kv;
         (void)items;

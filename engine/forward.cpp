@@ -1,6 +1,7 @@
 #include "engine/forward.h"
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <string>
 
@@ -70,6 +71,7 @@ ForwardPass::ForwardPass(const LlamaModel& model, ThreadPool& pool, ForwardOptio
     ffn_.resize(M * 2 * ffn);
     xout_.resize(R * dim);
     logits_.resize(R * static_cast<size_t>(hp.n_vocab));
+    argmax_parts_.resize(static_cast<size_t>(pool.size()) * R);
     scores_.resize(static_cast<size_t>(pool.size()) * static_cast<size_t>(n_ctx_max_));
 
     const int32_t half = hp.rope_dim / 2;
@@ -96,6 +98,36 @@ std::unique_ptr<PagedKvCache> ForwardPass::make_kv_cache(const KvCacheShape& sha
 }
 
 std::span<const float> ForwardPass::forward(PagedKvCache& kv, std::span<const BatchItem> items) {
+    want_argmax_ = false;
+    const int32_t r = run(kv, items);
+    return {logits_.data(), static_cast<size_t>(r) * static_cast<size_t>(model_.hparams().n_vocab)};
+}
+
+bool ForwardPass::forward_greedy(PagedKvCache& kv, std::span<const BatchItem> items, std::span<int32_t> argmax_out) {
+    size_t rows = 0;
+    for (const BatchItem& item : items) rows += item.all_logits ? item.tokens.size() : (item.tokens.empty() ? 0 : 1);
+    if (argmax_out.size() < rows) {
+        throw Error("forward_greedy: " + std::to_string(argmax_out.size()) + " argmax slots for " + std::to_string(rows) + " logit rows");
+    }
+    want_argmax_ = true;
+    const int32_t r = run(kv, items);
+    want_argmax_ = false;
+    // Thread ranges ascend, so a strictly greater later part keeps the
+    // lowest id on ties, as the sampler's greedy pick does.
+    const int nth = pool_.size();
+    const size_t R = static_cast<size_t>(options_.max_logit_rows);
+    for (int32_t o = 0; o < r; ++o) {
+        ArgmaxPart best{-INFINITY, -1};
+        for (int t = 0; t < nth; ++t) {
+            const ArgmaxPart& part = argmax_parts_[static_cast<size_t>(t) * R + static_cast<size_t>(o)];
+            if (part.id >= 0 && (best.id < 0 || part.logit > best.logit)) best = part;
+        }
+        argmax_out[static_cast<size_t>(o)] = best.id;
+    }
+    return true;
+}
+
+int32_t ForwardPass::run(PagedKvCache& kv, std::span<const BatchItem> items) {
     const LlamaHparams& hp = model_.hparams();
     if (kv.shape().n_layers != hp.n_layers || kv.shape().kv_dim != hp.kv_dim()) {
         throw Error("forward: the KV cache was made for another model shape");
@@ -114,7 +146,7 @@ std::span<const float> ForwardPass::forward(PagedKvCache& kv, std::span<const Ba
     }
     n_rows_ = m;
     n_out_ = r;
-    if (m == 0) return {};
+    if (m == 0) return 0;
 
     in_attn_.set_shape(model_.layers()[0].wq.type, m, hp.dim);
     in_wo_.set_shape(model_.layers()[0].wo.type, m, hp.dim);
@@ -127,7 +159,7 @@ std::span<const float> ForwardPass::forward(PagedKvCache& kv, std::span<const Ba
     for (const BatchItem& item : items) {
         kv.set_length(item.seq, kv.length(item.seq) + static_cast<int32_t>(item.tokens.size()));
     }
-    return {logits_.data(), static_cast<size_t>(r) * static_cast<size_t>(hp.n_vocab)};
+    return r;
 }
 
 void ForwardPass::run_layers(int ith, int nth, PagedKvCache& kv) {
@@ -229,6 +261,20 @@ void ForwardPass::run_layers(int ith, int nth, PagedKvCache& kv) {
     const Range vocab_range = split_range(vocab, ith, nth, kMatmulRowAlign);
     if (vocab_range.begin < vocab_range.end) {
         matmul(isa_, cls.type, cls.data, in_cls_, logits_.data(), vocab, vocab_range.begin, vocab_range.end);
+    }
+    if (want_argmax_) {
+        // As the sampler's greedy pick: NaN never compares greater and -inf
+        // never beats the start, so both are skipped; +inf counts as
+        // FLT_MAX; ties keep the lowest id.
+        for (int64_t o = 0; o < n_out_; ++o) {
+            const float* row = &logits_[o * vocab];
+            ArgmaxPart best{-INFINITY, -1};
+            for (int64_t n = vocab_range.begin; n < vocab_range.end; ++n) {
+                const float logit = std::min(row[n], FLT_MAX);  // NaN stays NaN
+                if (logit > best.logit) best = {logit, static_cast<int32_t>(n)};
+            }
+            argmax_parts_[static_cast<size_t>(ith) * static_cast<size_t>(options_.max_logit_rows) + static_cast<size_t>(o)] = best;
+        }
     }
 }
 

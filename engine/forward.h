@@ -29,6 +29,10 @@ public:
     // the pool lacks blocks (nothing is appended then), specd::Error for a bad
     // batch (token out of range, too many tokens, a sequence twice).
     std::span<const float> forward(PagedKvCache& kv, std::span<const BatchItem> items) override;
+    // forward() with each thread taking the argmax of the logit columns it
+    // just computed, while they are still in its cache: greedy decoding
+    // then skips a single-threaded pass over n_vocab floats per row.
+    bool forward_greedy(PagedKvCache& kv, std::span<const BatchItem> items, std::span<int32_t> argmax_out) override;
     // A cache with host storage (what this backend reads and writes).
     std::unique_ptr<PagedKvCache> make_kv_cache(const KvCacheShape& shape) override;
 
@@ -39,6 +43,8 @@ public:
     ThreadPool& pool() { return pool_; }
 
 private:
+    // Runs the batch; returns the number of logit rows.
+    int32_t run(PagedKvCache& kv, std::span<const BatchItem> items);
     void run_layers(int ith, int nth, PagedKvCache& kv);
     void attention(int ith, int nth, PagedKvCache& kv, int32_t layer);
 
@@ -64,6 +70,13 @@ private:
     std::vector<float> ffn_;     // (M, 2*ffn_dim) gate | up, then silu(gate)*up in the gate half
     std::vector<float> xout_;    // (R, dim) normed rows that need logits
     std::vector<float> logits_;  // (R, n_vocab)
+    // The best logit and its id among one thread's vocabulary columns.
+    struct ArgmaxPart {
+        float logit;
+        int32_t id;  // -1: no ordered logit (all NaN or -inf, or no columns)
+    };
+    bool want_argmax_ = false;            // this call also fills argmax_parts_
+    std::vector<ArgmaxPart> argmax_parts_;  // (threads, R)
     std::vector<float> scores_;  // (threads, n_ctx) attention scores per thread
     std::vector<float> rope_cos_;  // (n_ctx, rope_dim/2)
     std::vector<float> rope_sin_;  // (n_ctx, rope_dim/2)

@@ -331,11 +331,28 @@ SpeculativeResult SpeculativeDecoder::generate(std::span<const int32_t> prompt, 
         item.seq = seq;
         item.tokens = verify_in_;
         item.all_logits = true;
-        logits = fwd_.forward(kv_, std::span<const BatchItem>(&item, 1));
+        // Greedy without a penalty needs only each row's argmax, which a
+        // backend may hand over without the logits (argmax_: (k+1)).
+        bool greedy = false;
+        if (params.sampling.plain_argmax()) {
+            argmax_.resize(verify_in_.size());
+            greedy = fwd_.forward_greedy(kv_, std::span<const BatchItem>(&item, 1), argmax_);
+        }
+        if (!greedy) logits = fwd_.forward(kv_, std::span<const BatchItem>(&item, 1));
 
         int32_t n_accepted = 0;
         int32_t next = -1;
-        for (int32_t i = 0; i < n_draft; ++i) {
+        if (greedy) {
+            for (const int32_t t : argmax_) {
+                if (t < 0 || t >= V) throw Error("forward_greedy: a logit row has no argmax (every logit NaN?)");
+            }
+            while (n_accepted < n_draft && draft_.tokens[static_cast<size_t>(n_accepted)] == argmax_[static_cast<size_t>(n_accepted)]) {
+                history_.push_back(draft_.tokens[static_cast<size_t>(n_accepted)]);
+                ++n_accepted;
+            }
+            next = argmax_[static_cast<size_t>(n_accepted)];  // the correction, or the bonus token
+        }
+        for (int32_t i = 0; i < n_draft && !greedy; ++i) {
             const float* row = logits.data() + static_cast<size_t>(i) * V;
             sampler.distribution(row, history_, q_);
             const std::span<const TokenProb> p =
@@ -349,7 +366,7 @@ SpeculativeResult SpeculativeDecoder::generate(std::span<const int32_t> prompt, 
             ++n_accepted;
             history_.push_back(d);
         }
-        if (next < 0) {  // every draft token accepted: the bonus token from the last row
+        if (next < 0) {  // sampled, every draft token accepted: the bonus token from the last row
             next = sampler.sample(logits.data() + static_cast<size_t>(n_draft) * V, history_, rng);
         }
         kv_.truncate(seq, cached + 1 + n_accepted);

@@ -121,6 +121,7 @@ private:
     std::vector<int32_t> history_;   // prompt + generated (capacity n_ctx)
     std::vector<int32_t> verify_in_; // (k+1) pending token + draft
     std::vector<TokenProb> q_;       // target distribution scratch
+    std::vector<int32_t> argmax_;    // (k+1) greedy verification: each row's argmax
     Draft draft_;
     // The draft-length controller outlives one generation: what a draft and
     // a verification cost is a property of the models and the machine, and

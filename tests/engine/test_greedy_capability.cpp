@@ -1,9 +1,11 @@
 // ForwardBackend::forward_greedy (only the argmax per logit row comes back
 // from the backend) driven on the CPU: HostArgmaxBackend wraps the CPU
 // forward pass and offers the capability with the argmax computed on the
-// host, so BatchVerifier's greedy-only path (the one the CUDA backend takes
-// with its device argmax) runs here and must give exactly the outcomes of
-// the full-logits path.
+// host and counts the calls, so BatchVerifier's greedy-only path (the one
+// the CUDA backend takes with its device argmax, and the CPU backend with
+// its fused one) must give exactly the outcomes of the full-logits path,
+// which LogitsOnlyBackend forces. The CPU pass's own fused argmax is checked
+// against the argmax of its logits.
 #include <algorithm>
 #include <cstring>
 #include <memory>
@@ -57,6 +59,21 @@ private:
     ForwardPass& inner_;
 };
 
+// The CPU forward pass without the greedy capability: every caller takes
+// the full-logits path (the reference).
+class LogitsOnlyBackend : public ForwardBackend {
+public:
+    explicit LogitsOnlyBackend(ForwardPass& inner) : inner_(inner) {}
+    std::span<const float> forward(PagedKvCache& kv, std::span<const BatchItem> items) override { return inner_.forward(kv, items); }
+    std::unique_ptr<PagedKvCache> make_kv_cache(const KvCacheShape& shape) override { return inner_.make_kv_cache(shape); }
+    const LlamaModel& model() const override { return inner_.model(); }
+    const ForwardOptions& options() const override { return inner_.options(); }
+    std::string name() const override { return "cpu-logits-only"; }
+
+private:
+    ForwardPass& inner_;
+};
+
 bool same(const VerifyOutcome& a, const VerifyOutcome& b) {
     return a.request == b.request && a.tag == b.tag && a.ok == b.ok && a.n_accepted == b.n_accepted && a.next == b.next &&
            std::memcmp(a.rng.s, b.rng.s, sizeof a.rng.s) == 0;
@@ -86,7 +103,8 @@ void run_both(BatchVerifier& a, BatchVerifier& b, std::vector<VerifyJob> jobs, s
 TEST_CASE("greedy verification through forward_greedy equals the full-logits path", "[batch][greedy]") {
     auto target = test::load("stories15M-f32.gguf");
     ThreadPool pool(2);
-    ForwardPass plain(*target, pool);
+    ForwardPass plain_cpu(*target, pool);
+    LogitsOnlyBackend plain(plain_cpu);
     ForwardPass inner(*target, pool);
     HostArgmaxBackend argmax(inner);
     const int32_t n_ctx = 256;
@@ -189,7 +207,8 @@ TEST_CASE("greedy verification through forward_greedy equals the full-logits pat
 TEST_CASE("a step with a sampled or penalised job takes the full-logits path", "[batch][greedy]") {
     auto target = test::load("stories15M-f32.gguf");
     ThreadPool pool(1);
-    ForwardPass plain(*target, pool);
+    ForwardPass plain_cpu(*target, pool);
+    LogitsOnlyBackend plain(plain_cpu);
     ForwardPass inner(*target, pool);
     HostArgmaxBackend argmax(inner);
     PagedKvCache kv_plain(plain.kv_shape(128, 4));
@@ -221,7 +240,46 @@ TEST_CASE("a step with a sampled or penalised job takes the full-logits path", "
     CHECK(dev.greedy_steps() == 0);
 }
 
-TEST_CASE("the CPU forward pass does not claim the greedy capability", "[batch][greedy]") {
+TEST_CASE("the CPU forward pass's fused argmax equals the argmax of its logits on every row and thread count",
+          "[batch][greedy]") {
+    auto target = test::load("stories15M-f32.gguf");
+    const std::vector<int32_t> prompt_a = target->tokenizer().encode("Once upon a time, there was a", true);
+    const std::vector<int32_t> prompt_b = target->tokenizer().encode("The little dog", true);
+    const std::vector<int32_t> verify = {278, 2217, 8023, 1058, 29892};  // a 5-token "verification"
+    for (int threads : {1, 2, 3}) {
+        INFO(threads << " threads");
+        ThreadPool pool(threads);
+        ForwardPass a(*target, pool), b(*target, pool);
+        PagedKvCache kv_a(a.kv_shape(128, 2)), kv_b(b.kv_shape(128, 2));
+        for (PagedKvCache* kv : {&kv_a, &kv_b}) {
+            kv->create_sequence();
+            kv->create_sequence();
+        }
+        // Two batches: prefills (the last row of each), then a verification
+        // (every row) beside a one-token step.
+        std::vector<std::vector<BatchItem>> batches(2, std::vector<BatchItem>(2));
+        batches[0][0] = {0, prompt_a, false};
+        batches[0][1] = {1, prompt_b, false};
+        batches[1][0] = {0, verify, true};
+        batches[1][1] = {1, std::span<const int32_t>(verify).first(1), false};
+        for (const std::vector<BatchItem>& batch : batches) {
+            const std::span<const float> logits = a.forward(kv_a, batch);
+            const size_t V = static_cast<size_t>(target->hparams().n_vocab);
+            const size_t rows = logits.size() / V;
+            std::vector<int32_t> fused(rows + 1, -7);
+            REQUIRE(b.forward_greedy(kv_b, batch, fused));
+            for (size_t r = 0; r < rows; ++r) {
+                const float* row = logits.data() + r * V;
+                CHECK(fused[r] == static_cast<int32_t>(std::max_element(row, row + V) - row));  // first of equal maxima
+            }
+            CHECK(fused[rows] == -7);  // nothing past the rows written
+        }
+        CHECK(kv_a.length(0) == kv_b.length(0));
+        CHECK(kv_a.length(1) == kv_b.length(1));
+    }
+}
+
+TEST_CASE("the CPU forward pass refuses too few argmax slots before running anything", "[batch][greedy]") {
     auto target = test::load("stories15M-f32.gguf");
     ThreadPool pool(1);
     ForwardPass fwd(*target, pool);
@@ -231,16 +289,17 @@ TEST_CASE("the CPU forward pass does not claim the greedy capability", "[batch][
     BatchItem item;
     item.seq = seq;
     item.tokens = tokens;
-    std::vector<int32_t> out(4, -1);
-    CHECK_FALSE(fwd.forward_greedy(kv, std::span<const BatchItem>(&item, 1), out));
+    item.all_logits = true;
+    std::vector<int32_t> out(2, -1);
+    CHECK_THROWS_WITH(fwd.forward_greedy(kv, std::span<const BatchItem>(&item, 1), out), Catch::Contains("argmax slots"));
     CHECK(kv.length(seq) == 0);  // nothing ran
-    CHECK(out[0] == -1);
 }
 
 TEST_CASE("greedy drafts through forward_greedy equal the full-logits drafts", "[batch][greedy]") {
     auto draft = test::load("stories15M-q8_0.gguf");
     ThreadPool pool(1);
-    ForwardPass plain(*draft, pool);
+    ForwardPass plain_cpu(*draft, pool);
+    LogitsOnlyBackend plain(plain_cpu);
     ForwardPass inner(*draft, pool);
     HostArgmaxBackend argmax(inner);
     PagedKvCache kv_plain(plain.kv_shape(128, 4));
