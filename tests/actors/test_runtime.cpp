@@ -7,9 +7,9 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <map>
 #include <mutex>
 #include <stdexcept>
-#include <map>
 #include <thread>
 
 #include "actors/runtime.h"
