@@ -53,4 +53,12 @@ BatchSize check_and_reserve_batch(PagedKvCache& kv, std::span<const BatchItem> i
     return size;
 }
 
+void check_argmax_slots(std::span<const BatchItem> items, size_t slots) {
+    size_t rows = 0;
+    for (const BatchItem& item : items) rows += item.all_logits ? item.tokens.size() : 1;
+    if (slots < rows) {
+        throw Error("forward_greedy: " + std::to_string(slots) + " argmax slots for " + std::to_string(rows) + " logit rows");
+    }
+}
+
 }  // namespace specd

@@ -4,6 +4,7 @@
 // exactly the same messages.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <span>
 
@@ -31,5 +32,10 @@ struct BatchSize {
 // (nothing reserved) and KvCacheFull when the pool lacks blocks (the cache
 // left as it was). Lengths are not moved: the caller sets them once the batch ran.
 BatchSize check_and_reserve_batch(PagedKvCache& kv, std::span<const BatchItem> items, const BatchLimits& limits);
+
+// forward_greedy's precondition, checked before any work: `slots` argmax
+// entries hold every logit row `items` yield (forward()'s rule: every
+// token's row for all_logits items, else the last). Throws specd::Error.
+void check_argmax_slots(std::span<const BatchItem> items, size_t slots);
 
 }  // namespace specd

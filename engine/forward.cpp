@@ -104,11 +104,7 @@ std::span<const float> ForwardPass::forward(PagedKvCache& kv, std::span<const Ba
 }
 
 bool ForwardPass::forward_greedy(PagedKvCache& kv, std::span<const BatchItem> items, std::span<int32_t> argmax_out) {
-    size_t rows = 0;
-    for (const BatchItem& item : items) rows += item.all_logits ? item.tokens.size() : (item.tokens.empty() ? 0 : 1);
-    if (argmax_out.size() < rows) {
-        throw Error("forward_greedy: " + std::to_string(argmax_out.size()) + " argmax slots for " + std::to_string(rows) + " logit rows");
-    }
+    check_argmax_slots(items, argmax_out.size());
     want_argmax_ = true;
     const int32_t r = run(kv, items);
     want_argmax_ = false;

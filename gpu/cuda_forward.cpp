@@ -6,6 +6,7 @@
 #include <iostream>
 #include <string_view>
 
+#include "engine/batch_check.h"
 #include "gpu/kernels.h"
 
 namespace specd::gpu {
@@ -279,18 +280,13 @@ void CudaForward::forward_argmax(PagedKvCache& kv, std::span<const BatchItem> it
 }
 
 bool CudaForward::forward_greedy(PagedKvCache& kv, std::span<const BatchItem> items, std::span<int32_t> argmax_out) {
-    // The rows the batch yields (forward()'s rule), known before running so a
-    // short span fails with nothing appended to any sequence.
-    size_t rows = 0;
-    for (const BatchItem& item : items) rows += item.all_logits ? item.tokens.size() : 1;
-    if (argmax_out.size() < rows) {
-        throw Error("cuda forward: argmax_out holds " + std::to_string(argmax_out.size()) + " rows, the batch yields " +
-                    std::to_string(rows));
-    }
+    // Before running, so a short span fails with nothing appended to any sequence.
+    check_argmax_slots(items, argmax_out.size());
     const int32_t r = run(kv, items);
     if (r == 0) return true;
     if (static_cast<size_t>(r) > argmax_out.size()) {  // run() and the count above disagree: never copy past the span
-        throw Error("cuda forward: " + std::to_string(r) + " logit rows, more than counted (" + std::to_string(rows) + ")");
+        throw Error("cuda forward: " + std::to_string(r) + " logit rows, more than the " + std::to_string(argmax_out.size()) +
+                    " argmax slots");
     }
     launch_argmax_rows(logits_.as<float>(), r, weights_->hparams().n_vocab, tokens_.as<int32_t>(), stream_.get());
     SPECD_CUDA_CHECK(cudaMemcpyAsync(tokens_host_.as(), tokens_.as(), static_cast<size_t>(r) * sizeof(int32_t),

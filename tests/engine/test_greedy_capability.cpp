@@ -4,7 +4,7 @@
 // host and counts the calls, so BatchVerifier's greedy-only path (the one
 // the CUDA backend takes with its device argmax, and the CPU backend with
 // its fused one) must give exactly the outcomes of the full-logits path,
-// which LogitsOnlyBackend forces. The CPU pass's own fused argmax is checked
+// which test::FullLogitsOnly forces. The CPU pass's own fused argmax is checked
 // against the argmax of its logits.
 #include <algorithm>
 #include <cstring>
@@ -17,6 +17,7 @@
 #include "engine/batch_verifier.h"
 #include "engine/forward.h"
 #include "engine/proposer.h"
+#include "support/full_logits_only.h"
 #include "support/models.h"
 
 using namespace specd;
@@ -59,21 +60,6 @@ private:
     ForwardPass& inner_;
 };
 
-// The CPU forward pass without the greedy capability: every caller takes
-// the full-logits path (the reference).
-class LogitsOnlyBackend : public ForwardBackend {
-public:
-    explicit LogitsOnlyBackend(ForwardPass& inner) : inner_(inner) {}
-    std::span<const float> forward(PagedKvCache& kv, std::span<const BatchItem> items) override { return inner_.forward(kv, items); }
-    std::unique_ptr<PagedKvCache> make_kv_cache(const KvCacheShape& shape) override { return inner_.make_kv_cache(shape); }
-    const LlamaModel& model() const override { return inner_.model(); }
-    const ForwardOptions& options() const override { return inner_.options(); }
-    std::string name() const override { return "cpu-logits-only"; }
-
-private:
-    ForwardPass& inner_;
-};
-
 bool same(const VerifyOutcome& a, const VerifyOutcome& b) {
     return a.request == b.request && a.tag == b.tag && a.ok == b.ok && a.n_accepted == b.n_accepted && a.next == b.next &&
            std::memcmp(a.rng.s, b.rng.s, sizeof a.rng.s) == 0;
@@ -104,7 +90,7 @@ TEST_CASE("greedy verification through forward_greedy equals the full-logits pat
     auto target = test::load("stories15M-f32.gguf");
     ThreadPool pool(2);
     ForwardPass plain_cpu(*target, pool);
-    LogitsOnlyBackend plain(plain_cpu);
+    test::FullLogitsOnly plain(plain_cpu);
     ForwardPass inner(*target, pool);
     HostArgmaxBackend argmax(inner);
     const int32_t n_ctx = 256;
@@ -208,7 +194,7 @@ TEST_CASE("a step with a sampled or penalised job takes the full-logits path", "
     auto target = test::load("stories15M-f32.gguf");
     ThreadPool pool(1);
     ForwardPass plain_cpu(*target, pool);
-    LogitsOnlyBackend plain(plain_cpu);
+    test::FullLogitsOnly plain(plain_cpu);
     ForwardPass inner(*target, pool);
     HostArgmaxBackend argmax(inner);
     PagedKvCache kv_plain(plain.kv_shape(128, 4));
@@ -299,7 +285,7 @@ TEST_CASE("greedy drafts through forward_greedy equal the full-logits drafts", "
     auto draft = test::load("stories15M-q8_0.gguf");
     ThreadPool pool(1);
     ForwardPass plain_cpu(*draft, pool);
-    LogitsOnlyBackend plain(plain_cpu);
+    test::FullLogitsOnly plain(plain_cpu);
     ForwardPass inner(*draft, pool);
     HostArgmaxBackend argmax(inner);
     PagedKvCache kv_plain(plain.kv_shape(128, 4));

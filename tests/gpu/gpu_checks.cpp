@@ -20,6 +20,7 @@
 #include "gpu/cuda_handles.h"
 #include "gpu/device_model.h"
 #include "gpu/kernels.h"
+#include "tests/support/full_logits_only.h"
 #include "gpu/weight_convert.h"
 
 namespace specd::gpu::checks {
@@ -499,27 +500,12 @@ void check_greedy_speculative(const Context& ctx, std::ostream& log) {
     expect(device_greedy == ref.tokens, "greedy through the device argmax differs from greedy over the host logits");
 }
 
-// A CudaForward that hides the greedy capability: the verifier then takes
-// its full-logits path on the same device, the reference for the argmax one.
-class FullLogitsOnly : public ForwardBackend {
-public:
-    explicit FullLogitsOnly(CudaForward& inner) : inner_(inner) {}
-    std::span<const float> forward(PagedKvCache& kv, std::span<const BatchItem> items) override { return inner_.forward(kv, items); }
-    std::unique_ptr<PagedKvCache> make_kv_cache(const KvCacheShape& shape) override { return inner_.make_kv_cache(shape); }
-    const LlamaModel& model() const override { return inner_.model(); }
-    const ForwardOptions& options() const override { return inner_.options(); }
-    std::string name() const override { return inner_.name() + "-full-logits"; }
-
-private:
-    CudaForward& inner_;
-};
-
 void check_verifier_greedy(const Context& ctx, std::ostream& log) {
     auto target = load_model(ctx, "stories15M-f32.gguf");
     auto weights = DeviceModel::upload(*target, 0);
     CudaForward greedy_fwd(weights, target.get());
     CudaForward full_fwd(weights, target.get());
-    FullLogitsOnly full(full_fwd);
+    test::FullLogitsOnly full(full_fwd);  // the full-logits reference on the same device
     auto greedy_kv = greedy_fwd.make_kv_cache(greedy_fwd.kv_shape(256, 2));
     auto full_kv = full.make_kv_cache(full.kv_shape(256, 2));
 
