@@ -2,6 +2,7 @@
 //
 //   session  ── kv_acquire ──▶ kv_manager     (admission; blocks held until release)
 //   session  ── verify_msg ──▶ verifier       (prefill / verify, batched across sessions)
+//   verifier ── verify_result ──▶ session     (results of the plain steps it runs ahead)
 //   session  ── draft_msg  ──▶ draft          (proposals, batched across sessions)
 //   session  ── token_event / done_event / error_event ──▶ sink (any actor)
 //   kv_manager ── close ──▶ verifier, draft   (free a finished request's sequences)
@@ -46,8 +47,10 @@ using cluster_actor = caf::typed_actor<
     caf::reacts_to<join_atom, std::string, std::string, uint16_t>,
     caf::reacts_to<tick_atom>>;
 
-// One per request.
+// One per request. A verify_result arrives as a message from a verifier
+// running ahead (verify_msg::run_ahead).
 using session_actor = caf::typed_actor<
+    caf::reacts_to<verify_result>,
     caf::reacts_to<cancel_atom>,
     caf::reacts_to<timeout_atom>>;
 

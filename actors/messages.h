@@ -82,6 +82,11 @@ struct error_event {
 // ------------------------------------------------------ internal phases ---
 
 // Session → verifier: prefill a prompt, or verify [pending, d1..dk].
+// Run-ahead (a job that drafts nothing): the verifier may go on with up to
+// `run_ahead` plain steps of its own, each on the token the last one
+// sampled, and sends each of their results to the session as a
+// verify_result message; `continued` on a result says another follows.
+// It stops early at an end-of-generation token when `stop_at_eos`.
 struct verify_msg {
     uint64_t request = 0;
     bool prefill = false;
@@ -91,6 +96,8 @@ struct verify_msg {
     std::string probs;                    // packed draft distributions (pack_probs)
     SamplingParams sampling;
     std::vector<uint64_t> rng;            // (4) the request's random state
+    int32_t run_ahead = 0;                // plain steps the verifier may add (0: answer this one only)
+    bool stop_at_eos = true;              // run-ahead stops after an end-of-generation token
 };
 
 struct verify_result {
@@ -103,6 +110,7 @@ struct verify_result {
     int32_t batch_requests = 0;           // requests in the step
     int32_t open_requests = 0;            // requests open on the verifier (the load signal)
     double step_ms = 0.0;
+    bool continued = false;               // run-ahead: the verifier goes on; its next result follows as a message
 };
 
 // Session → draft: propose up to k tokens after the request's context.
@@ -196,12 +204,12 @@ typename Inspector::result_type inspect(Inspector& f, error_event& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, verify_msg& x) {
     return f(caf::meta::type_name("specd::verify_msg"), x.request, x.prefill, x.tokens, x.n_draft, x.has_probs, x.probs, x.sampling,
-             x.rng);
+             x.rng, x.run_ahead, x.stop_at_eos);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, verify_result& x) {
     return f(caf::meta::type_name("specd::verify_result"), x.ok, x.kv_full, x.error, x.n_accepted, x.next, x.rng, x.batch_requests,
-             x.open_requests, x.step_ms);
+             x.open_requests, x.step_ms, x.continued);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, draft_msg& x) {

@@ -239,24 +239,45 @@ void queue_step(Self* self, StepHold& h, bool has_work, PhaseRendezvous* rendezv
 
 // ------------------------------------------------------- verifier ---
 
+// A request the verifier runs ahead for (verify_msg::run_ahead): where its
+// results go and how many more plain steps it may add.
+struct RunAhead {
+    uint64_t request = 0;
+    session_actor session;
+    int32_t steps_left = 0;
+    bool stop_at_eos = true;
+    SamplingParams sampling;
+};
+
 struct verifier_state {
     std::unique_ptr<ForwardBackend> fwd;
     std::unique_ptr<PagedKvCache> kv;
     std::unique_ptr<BatchVerifier> batch;
-    std::unordered_map<uint64_t, caf::typed_response_promise<verify_result>> promises;  // by job tag
+    struct Waiting {
+        uint64_t request = 0;
+        caf::typed_response_promise<verify_result> rp;
+    };
+    std::unordered_map<uint64_t, Waiting> promises;  // by job tag: the replies owed for jobs from sessions
+    std::unordered_map<uint64_t, RunAhead> run_ahead;  // by the tag of the request's job in the batch (the session's, then each it queued)
     uint64_t next_tag = 1;
     StepHold hold;
     std::vector<VerifyOutcome> outcomes;
-    std::vector<uint64_t> answered;  // (outcomes) their requests
+    std::vector<uint8_t> continued;  // (outcomes) 1 where the verifier queued the request's next step itself
+    std::vector<session_actor> send_to;  // (outcomes) the session of a run-ahead job (null: none)
+    std::vector<uint64_t> answered;  // (outcomes not continued) their requests
     static inline const char* name = "specd.verifier";
     // A verifier that dies (killed, or an exception in a step) still
     // answers everyone waiting on it, so no session hangs.
     ~verifier_state() {
-        for (auto& [tag, rp] : promises) {
+        auto stopped = []() {
             verify_result r;
             r.ok = false;
             r.error = "the verifier stopped before this step ran";
-            rp.deliver(std::move(r));
+            return r;
+        };
+        for (auto& [tag, w] : promises) w.rp.deliver(stopped());
+        for (auto& [tag, ra] : run_ahead) {
+            if (!promises.count(tag)) caf::anon_send(ra.session, stopped());  // a step it queued itself
         }
     }
 };
@@ -281,6 +302,10 @@ verifier_actor::behavior_type verifier_fun(verifier_actor::stateful_pointer<veri
     return {
         [=](verify_msg& m) -> caf::typed_response_promise<verify_result> {
             auto& s = self->state;
+            // The session, for the results of the steps run ahead (before
+            // make_response_promise, which takes the sender out of the message).
+            session_actor session;
+            if (m.run_ahead > 0 && m.n_draft == 0) session = caf::actor_cast<session_actor>(self->current_sender());
             auto rp = self->make_response_promise<verify_result>();
             const uint64_t job_request = m.request;
             VerifyJob job;
@@ -301,7 +326,8 @@ verifier_actor::behavior_type verifier_fun(verifier_actor::stateful_pointer<veri
                 rp.deliver(std::move(r));
                 return rp;
             }
-            s.promises.emplace(job.tag, rp);
+            s.promises.emplace(job.tag, verifier_state::Waiting{job_request, rp});
+            if (session) s.run_ahead.emplace(job.tag, RunAhead{job_request, std::move(session), m.run_ahead, m.stop_at_eos, m.sampling});
             s.batch->submit(std::move(job));
             if (rt->rendezvous && rt->rendezvous->arrived(Phase::Verify, job_request)) {
                 caf::anon_send(rt->current_drafter(), step_atom::value);  // it may have held for this request
@@ -310,7 +336,20 @@ verifier_actor::behavior_type verifier_fun(verifier_actor::stateful_pointer<veri
             return rp;
         },
         [=](close_atom, uint64_t request) -> bool {
-            self->state.batch->close(request);
+            auto& s = self->state;
+            s.batch->close(request);  // drops its queued job
+            std::erase_if(s.run_ahead, [request](const auto& kv) { return kv.second.request == request; });
+            for (auto it = s.promises.begin(); it != s.promises.end();) {
+                if (it->second.request != request) {
+                    ++it;
+                    continue;
+                }
+                verify_result r;
+                r.ok = false;
+                r.error = "the request was closed";
+                it->second.rp.deliver(std::move(r));
+                it = s.promises.erase(it);
+            }
             if (rt->rendezvous) rt->rendezvous->closed(request);
             try_step();
             return true;
@@ -322,15 +361,42 @@ verifier_actor::behavior_type verifier_fun(verifier_actor::stateful_pointer<veri
             s.hold.step_queued = false;
             s.outcomes.clear();
             s.batch->step(s.outcomes);  // an exception here kills the verifier: its sessions fail, it is restarted
+            // Run-ahead: queue the next plain step of each request allowed
+            // one before anything goes out, so the next step holds them all.
+            s.continued.assign(s.outcomes.size(), 0);
+            s.send_to.assign(s.outcomes.size(), session_actor{});
+            const Tokenizer& tok = rt->target->tokenizer();
+            for (size_t i = 0; i < s.outcomes.size(); ++i) {
+                const VerifyOutcome& o = s.outcomes[i];
+                auto it = s.run_ahead.find(o.tag);
+                if (it == s.run_ahead.end()) continue;
+                RunAhead ra = std::move(it->second);
+                s.run_ahead.erase(it);
+                s.send_to[i] = ra.session;
+                if (!o.ok || ra.steps_left <= 0 || (ra.stop_at_eos && tok.is_end_of_generation(o.next)) || !s.batch->is_open(o.request))
+                    continue;
+                VerifyJob next;
+                next.request = o.request;
+                next.tag = s.next_tag++;
+                next.tokens.push_back(o.next);
+                next.sampling = ra.sampling;
+                next.rng = o.rng;
+                --ra.steps_left;
+                s.run_ahead.emplace(next.tag, std::move(ra));
+                s.batch->submit(std::move(next));
+                s.continued[i] = 1;
+            }
             if (rt->rendezvous) {
-                // Before the results go out: their next messages must find them expected.
+                // Before the results go out: their next messages must find
+                // them expected. A request run ahead is not on its way back.
                 s.answered.clear();
-                for (const VerifyOutcome& o : s.outcomes) s.answered.push_back(o.request);
+                for (size_t i = 0; i < s.outcomes.size(); ++i) {
+                    if (!s.continued[i]) s.answered.push_back(s.outcomes[i].request);
+                }
                 rt->rendezvous->answered(s.answered);
             }
-            for (VerifyOutcome& o : s.outcomes) {
-                auto it = s.promises.find(o.tag);
-                if (it == s.promises.end()) continue;
+            for (size_t i = 0; i < s.outcomes.size(); ++i) {
+                VerifyOutcome& o = s.outcomes[i];
                 verify_result r;
                 r.ok = o.ok;
                 r.kv_full = o.kv_full;
@@ -341,8 +407,13 @@ verifier_actor::behavior_type verifier_fun(verifier_actor::stateful_pointer<veri
                 r.batch_requests = o.batch_requests;
                 r.open_requests = o.open_requests;
                 r.step_ms = o.step_ms;
-                it->second.deliver(std::move(r));
-                s.promises.erase(it);
+                r.continued = s.continued[i] != 0;
+                if (auto it = s.promises.find(o.tag); it != s.promises.end()) {
+                    it->second.rp.deliver(std::move(r));
+                    s.promises.erase(it);
+                } else if (s.send_to[i]) {
+                    self->send(s.send_to[i], std::move(r));  // a step the verifier queued itself
+                }
             }
             try_step();
         },
@@ -733,6 +804,8 @@ struct session_state {
     std::vector<int32_t> verifying;       // drafted tokens of the step being verified
     int32_t bonus_guess = -1;             // the draft's guess of that step's bonus token (-1: none)
     int32_t resumes = 0;                  // times moved to another target before streaming
+    bool running_ahead = false;           // the verifier runs this request's plain steps on its own (verify_msg::run_ahead)
+    uint64_t run_ahead_epoch = 0;         // the verify_epoch of the job it runs ahead from
     static inline const char* name = "specd.session";
 };
 
@@ -852,9 +925,53 @@ void session_draft_lost(session_ptr self, const std::string& why) {
 
 void session_send_verify(session_ptr self);
 
+// Feeds a verifier's result (the reply to a job, or a run-ahead step's
+// message) to the core; then the next step, unless the verifier goes on.
+void session_on_result(session_ptr self, verify_result& r, bool prefill) {
+    auto& s = self->state;
+    s.running_ahead = r.continued;
+    if (!r.ok) {
+        if (s.rt->clustered && !r.kv_full) return session_target_lost(self, r.error);
+        return session_fail(self, r.kv_full ? "overloaded" : "internal", r.error);
+    }
+    VerifyOutcome o;
+    o.n_accepted = r.n_accepted;
+    o.next = r.next;
+    o.rng = rng_from_wire(r.rng);
+    o.batch_requests = r.batch_requests;
+    o.open_requests = r.open_requests;
+    o.step_ms = r.step_ms;
+    if (prefill) {
+        s.core->on_prefill(o);
+    } else {
+        // The prefetch holds only when its assumption came true.
+        const bool all = r.n_accepted == static_cast<int32_t>(s.verifying.size());
+        if (s.prefetch.active && !(all && s.bonus_guess >= 0 && r.next == s.bonus_guess)) s.prefetch = Prefetch{};
+        s.core->on_verify(o);
+        s.verifying.clear();  // a run-ahead step after this one verifies no draft
+    }
+    // The next step goes out before the tokens: the compute actors
+    // wait for it, and delivering the tokens (a sink actor's
+    // wake-up, or the submitter's callbacks) would delay it.
+    if (!s.core->finished() && !r.continued) session_step(self);
+    session_flush(self);
+}
+
+// How many plain steps the verifier may run after a job that drafts
+// nothing (verify_msg::run_ahead). A speculative request decoding plainly
+// (the load policy or its controller chose k = 0) decides again whether to
+// draft when they are done. Not across nodes: a session notices a cut-off
+// target only by its requests' timeouts.
+int32_t session_run_ahead(session_ptr self) {
+    auto& s = self->state;
+    const int32_t chunk = s.rt->config.run_ahead;
+    if (chunk <= 0 || s.rt->clustered) return 0;
+    return std::min(chunk, s.core->run_ahead_limit());
+}
+
 // Sends one job (the prefill, or [pending, drafts]) to the verifier and
 // feeds its outcome to the core; then the next step.
-void session_run_job(session_ptr self, VerifyJob job) {
+void session_run_job(session_ptr self, VerifyJob job, int32_t run_ahead) {
     auto& s = self->state;
     verify_msg m;
     m.request = s.request;
@@ -865,36 +982,16 @@ void session_run_job(session_ptr self, VerifyJob job) {
     if (job.draft_has_probs) m.probs = pack_probs(job.draft_probs);
     m.sampling = job.sampling;
     m.rng = rng_to_wire(job.rng);
+    m.run_ahead = job.n_draft == 0 ? run_ahead : 0;
+    m.stop_at_eos = s.core->params().stop_at_eos;
     const bool prefill = job.prefill;
     const uint64_t epoch = s.verify_epoch;
+    s.run_ahead_epoch = epoch;
     ask(self, s.place->verifier, std::move(m),
         [self, prefill, epoch](verify_result& r) {
             auto& s = self->state;
             if (s.ended || epoch != s.verify_epoch) return;
-            if (!r.ok) {
-                if (s.rt->clustered && !r.kv_full) return session_target_lost(self, r.error);
-                return session_fail(self, r.kv_full ? "overloaded" : "internal", r.error);
-            }
-            VerifyOutcome o;
-            o.n_accepted = r.n_accepted;
-            o.next = r.next;
-            o.rng = rng_from_wire(r.rng);
-            o.batch_requests = r.batch_requests;
-            o.open_requests = r.open_requests;
-            o.step_ms = r.step_ms;
-            if (prefill) {
-                s.core->on_prefill(o);
-            } else {
-                // The prefetch holds only when its assumption came true.
-                const bool all = r.n_accepted == static_cast<int32_t>(s.verifying.size());
-                if (s.prefetch.active && !(all && s.bonus_guess >= 0 && r.next == s.bonus_guess)) s.prefetch = Prefetch{};
-                s.core->on_verify(o);
-            }
-            // The next step goes out before the tokens: the compute actors
-            // wait for it, and delivering the tokens (a sink actor's
-            // wake-up, or the submitter's callbacks) would delay it.
-            if (!s.core->finished()) session_step(self);
-            session_flush(self);
+            session_on_result(self, r, prefill);
         },
         [self, epoch](caf::error& e) {
             auto& s = self->state;
@@ -910,7 +1007,7 @@ void session_send_verify(session_ptr self) {
     s.verifying.assign(job.tokens.begin() + 1, job.tokens.end());
     if (job.n_draft == 0) s.bonus_guess = -1;
     const int32_t k = job.n_draft;
-    session_run_job(self, std::move(job));
+    session_run_job(self, std::move(job), k == 0 ? session_run_ahead(self) : 0);
     // Pipelining: while the target verifies, the draft already works on the
     // next step as if everything is accepted and the bonus token is its guess.
     if (s.pipelined && k > 0 && s.bonus_guess >= 0 && s.place->drafter) session_send_draft(self, k, true);
@@ -1061,7 +1158,9 @@ void session_acquire(session_ptr self) {
             if (s.ended || epoch != s.verify_epoch) return;
             if (!g.ok) return session_fail(self, "overloaded", g.error);
             s.kv_held = true;
-            session_run_job(self, s.core->prefill_job(s.request, 0));
+            // A plain request runs ahead from its first token; a
+            // speculative one drafts after it.
+            session_run_job(self, s.core->prefill_job(s.request, 0), s.core->speculative() ? 0 : session_run_ahead(self));
         },
         [self, epoch](caf::error& e) {
             auto& s = self->state;
@@ -1162,6 +1261,13 @@ session_actor::behavior_type session_fun(session_ptr self, std::shared_ptr<Runti
         session_fail(self, "internal", e.what());
     }
     return {
+        // A plain step the verifier ran ahead (its result comes after the
+        // reply to the job it ran ahead from, in order: one sender).
+        [self](verify_result& r) {
+            auto& s = self->state;
+            if (s.ended || !s.running_ahead || s.run_ahead_epoch != s.verify_epoch) return;
+            session_on_result(self, r, false);
+        },
         [self](cancel_atom) {
             auto& s = self->state;
             if (s.ended) return;

@@ -114,6 +114,10 @@ const std::vector<Entry>& entries() {
         add({.key = "batch_size", .env = "SPECD_BATCH_SIZE", .flag = "-b,--batch-size", .help = "tokens per verifier step",
              .kind = Kind::integer, .min = 16, .max = 4096},
             &RuntimeConfig::max_step_tokens);
+        add({.key = "run_ahead", .env = "SPECD_RUN_AHEAD", .flag = "--run-ahead",
+             .help = "plain steps the verifier may run for a request before its session answers (0: every step)",
+             .kind = Kind::integer, .min = 0, .max = 4096},
+            &RuntimeConfig::run_ahead);
         add({.key = "host", .env = "SPECD_HOST", .flag = "--host", .help = "address to listen on", .kind = Kind::text},
             &RuntimeConfig::host);
         add({.key = "port", .env = "SPECD_PORT", .flag = "--port", .help = "port (0: any free one)", .kind = Kind::integer, .min = 0,

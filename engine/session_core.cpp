@@ -98,6 +98,8 @@ int32_t SessionCore::next_k() {
     const int32_t limit = std::max(0, std::min({spec_.draft_max, n_ctx_ - cached - 1, remaining - 1}));
     int32_t k = std::min(controller_.next_k(), limit);
     const int32_t cap = load_.k_cap(last_load_, spec_.draft_max);
+    load_plain_ = cap == 0;
+    k_chosen_ = true;
     if (cap < k) {
         k = cap;
         ++stats_.n_load_capped;
@@ -155,6 +157,10 @@ void SessionCore::on_verify(const VerifyOutcome& o) {
     const int32_t n_draft = static_cast<int32_t>(draft_.tokens.size());
     const int32_t n_accepted = o.n_accepted;
     ++stats_.n_steps;
+    // A step a verifier ran ahead (no next_k() before it) is one the load
+    // policy kept plain too.
+    if (!k_chosen_ && load_plain_ && spec_.draft_max > 0) ++stats_.n_load_capped;
+    k_chosen_ = false;
     stats_.k_sum += n_draft;
     stats_.draft_ms += draft_ms_;
     stats_.verify_ms += o.step_ms;
@@ -177,6 +183,21 @@ void SessionCore::on_verify(const VerifyOutcome& o) {
     draft_.clear();
     // The pending token needs a cache slot on the next step.
     if (!finished_ && static_cast<int32_t>(history_.size()) > n_ctx_) stop(StopReason::ContextFull);
+}
+
+int32_t SessionCore::run_ahead_limit() const {
+    if (finished_ || !draft_.tokens.empty()) return 0;
+    // A speculative request runs ahead only while the load policy keeps it
+    // plain: when its controller chose k = 0 it must decide again at the
+    // next step (its cost estimates are young, and it probes the draft
+    // every few plain steps).
+    if (spec_.draft_max > 0 && !load_plain_) return 0;
+    // The job in flight emits one token and grows the history by one; each
+    // step after it needs that history to still fit (on_verify stops the
+    // request once the history outgrows n_ctx).
+    const int32_t history_after = static_cast<int32_t>(history_.size()) + 1;
+    const int32_t emitted_after = static_cast<int32_t>(output_.size()) + 1;
+    return std::max(0, std::min(params_.max_tokens - emitted_after, n_ctx_ - history_after));
 }
 
 void SessionCore::take_emitted(Emitted& out) {

@@ -62,6 +62,17 @@ public:
     VerifyJob verify_job(uint64_t request, uint64_t tag) const;
     void on_verify(const VerifyOutcome& outcome);
 
+    // Run-ahead: after a job that drafts nothing (the prefill, or a verify
+    // job with k = 0), how many more plain steps a verifier may run for this
+    // request on its own, each feeding back the token it sampled, before the
+    // session must speak again. Each of those steps' outcomes still goes to
+    // on_verify in order, so the output is the same as step by step; the
+    // limit keeps them within max_tokens and the context, so none is wasted
+    // unless the request stops early (EOS, cancel). A speculative request
+    // runs ahead only while the load policy keeps it plain (0 otherwise).
+    // Call it with the job made but its outcome not yet in.
+    int32_t run_ahead_limit() const;
+
     // The request's random state (the acceptance test's stream).
     const RngState& rng_state() const { return rng_; }
     // A draft random state for the `n`-th draft job, independent of the
@@ -119,6 +130,8 @@ private:
     Draft draft_;                    // the current step's draft
     double draft_ms_ = 0.0;
     int32_t last_load_ = 1;          // requests open on the verifier at the last step
+    bool load_plain_ = false;        // the load policy allowed no draft at the last next_k()
+    bool k_chosen_ = false;          // next_k() ran since the last on_verify() (not a run-ahead step)
     SpecStats stats_;
     bool finished_ = false;
     StopReason stop_ = StopReason::Length;

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <stdexcept>
 #include <thread>
@@ -154,6 +155,95 @@ TEST_CASE("pipelined drafting (draft t+1 while t verifies): greedy outputs equal
     GenerateResult r = rt.generate(sampled);
     REQUIRE(r.ok);
     CHECK(r.done.completion_tokens == 40);
+    require_pool_empty(rt);
+}
+
+TEST_CASE("run-ahead (plain steps the verifier chains itself) changes no token: greedy and seeded sampling equal run_ahead 0",
+          "[runtime][run_ahead]") {
+    // The reference runtime confirms every step through the session; the
+    // others let the verifier chain 3 and 16 plain steps on its own.
+    std::vector<std::unique_ptr<StandaloneRuntime>> hosts;
+    for (int32_t run_ahead : {0, 3, 16}) {
+        RuntimeConfig c = test_config();
+        c.run_ahead = run_ahead;
+        hosts.push_back(std::make_unique<StandaloneRuntime>(c));
+    }
+    std::vector<generate_request> requests;
+    for (size_t i = 0; i < 4; ++i) {
+        generate_request g = greedy_request("g" + std::to_string(i), kPrompts[i], 20 + static_cast<int32_t>(i) * 11);
+        g.speculative = 0;
+        requests.push_back(g);
+        generate_request sampled = g;
+        sampled.id = "t" + std::to_string(i);
+        sampled.sampling.temperature = 0.9f;
+        sampled.sampling.seed = 100 + i;
+        requests.push_back(sampled);
+    }
+    // Up to the end of the context (stories15M never samples its EOS; the
+    // stop after one is the engine test's "run-ahead: a verifier feeding
+    // back its own samples ...").
+    generate_request to_context = greedy_request("ctx", "Once upon a time", 300);
+    to_context.speculative = 0;
+    to_context.sampling.temperature = 0.9f;
+    to_context.sampling.seed = 7;
+    requests.push_back(to_context);
+    // A speculative request whose controller may pick k = 0 (fixed k 0 is plain).
+    generate_request spec = greedy_request("spec", kPrompts[2], 60);
+    spec.speculative = 1;
+    requests.push_back(spec);
+
+    std::map<std::string, GenerateResult> reference;
+    for (size_t h = 0; h < hosts.size(); ++h) {
+        Runtime& rt = hosts[h]->runtime();
+        for (const generate_request& req : requests) {
+            INFO("runtime " << h << ", request " << req.id);
+            GenerateResult r = rt.generate(req);
+            INFO(r.error.message);
+            REQUIRE(r.ok);
+            CHECK(static_cast<int32_t>(r.tokens.size()) == r.done.completion_tokens);
+            if (req.sampling.temperature == 0.0f && req.stop_at_eos) CHECK(r.tokens == plain_greedy(req.prompt, req.max_tokens));
+            if (h == 0) {
+                reference[req.id] = r;
+                continue;
+            }
+            CHECK(r.tokens == reference[req.id].tokens);
+            CHECK(r.text == reference[req.id].text);
+            CHECK(r.done.finish_reason == reference[req.id].done.finish_reason);
+        }
+        require_pool_empty(rt);
+    }
+    CHECK(reference["ctx"].done.finish_reason == "context");
+
+    // Cancel and a deadline while the verifier runs ahead: the request ends
+    // with exactly the tokens it streamed, and every block comes back.
+    Runtime& rt = hosts.back()->runtime();
+    caf::scoped_actor self{hosts.back()->system()};
+    generate_request long_plain = greedy_request("c", "Once upon a time", 200);
+    long_plain.speculative = 0;
+    session_actor s = rt.submit(long_plain, caf::actor{self});
+    size_t streamed = 0;
+    done_event done;
+    bool finished = false;
+    while (!finished) {
+        self->receive(
+            [&](token_event& e) {
+                streamed += e.tokens.size();
+                if (streamed == 5) rt.cancel(s);
+            },
+            [&](done_event& e) {
+                done = e;
+                finished = true;
+            },
+            [&](error_event& e) { FAIL(e.message); }, caf::after(std::chrono::seconds(60)) >> [&] { FAIL("timed out"); });
+    }
+    CHECK(done.finish_reason == "cancelled");
+    CHECK(static_cast<size_t>(done.completion_tokens) == streamed);
+    CHECK(streamed < 200);
+    long_plain.timeout_ms = 30;
+    long_plain.stop_at_eos = false;
+    GenerateResult late = rt.generate(long_plain);
+    CHECK_FALSE(late.ok);
+    CHECK(late.error.code == "timeout");
     require_pool_empty(rt);
 }
 
