@@ -958,10 +958,10 @@ void session_on_result(session_ptr self, verify_result& r, bool prefill) {
 }
 
 // How many plain steps the verifier may run after a job that drafts
-// nothing (verify_msg::run_ahead). A speculative request decoding plainly
-// (the load policy or its controller chose k = 0) decides again whether to
-// draft when they are done. Not across nodes: a session notices a cut-off
-// target only by its requests' timeouts.
+// nothing (verify_msg::run_ahead): SessionCore::run_ahead_limit() says
+// which requests may (plain ones, and speculative ones the load policy
+// keeps plain). Not across nodes: a session notices a cut-off target only
+// by its requests' timeouts.
 int32_t session_run_ahead(session_ptr self) {
     auto& s = self->state;
     const int32_t chunk = s.rt->config.run_ahead;
@@ -1159,8 +1159,8 @@ void session_acquire(session_ptr self) {
             if (!g.ok) return session_fail(self, "overloaded", g.error);
             s.kv_held = true;
             // A plain request runs ahead from its first token; a
-            // speculative one drafts after it.
-            session_run_job(self, s.core->prefill_job(s.request, 0), s.core->speculative() ? 0 : session_run_ahead(self));
+            // speculative one drafts after it (run_ahead_limit() is 0).
+            session_run_job(self, s.core->prefill_job(s.request, 0), session_run_ahead(self));
         },
         [self, epoch](caf::error& e) {
             auto& s = self->state;

@@ -67,9 +67,9 @@ struct RuntimeConfig {
     int32_t max_step_tokens = 512;     // "batch_size" / SPECD_BATCH_SIZE: tokens per verifier step
     int32_t run_ahead = 16;            // "run_ahead" / SPECD_RUN_AHEAD: plain steps the verifier may run for a request on its
                                        //   own, feeding back the token it sampled, before the session answers (saves a
-                                       //   round trip through the session per token; a speculative request decoding
-                                       //   plainly decides again after them whether to draft); 0: the session confirms
-                                       //   every step; not across nodes
+                                       //   round trip through the session per token; a speculative request runs ahead
+                                       //   only while the load policy keeps it plain); 0: the session confirms every
+                                       //   step; not across nodes
     // ---- front end (read by `specd serve`; the embedded runtime ignores them)
     std::string host = "127.0.0.1";    // "host" / SPECD_HOST: address to listen on (0.0.0.0 in containers)
     int32_t port = 8080;               // "port" / SPECD_PORT: 0 picks a free port
