@@ -696,9 +696,8 @@ float float_as_f32(const std::string& where, std::string_view key, const Value& 
     return static_cast<float>(v.f);
 }
 
-const Value& require_array(const std::string& where, std::string_view key, const Value& v, const char* expected) {
+void check_array(const std::string& where, std::string_view key, const Value& v, const char* expected) {
     if (v.type != ValueType::ARRAY) wrong_type(where, key, v, expected);
-    return v;
 }
 
 std::string element_label(size_t k) { return " element " + std::to_string(k); }
@@ -761,7 +760,8 @@ std::optional<std::string> File::get_string_opt(std::string_view key) const {
 }
 
 std::vector<std::string> File::get_string_array(std::string_view key) const {
-    const Value& v = require_array(where(), key, require(key), "array of string");
+    const Value& v = require(key);
+    check_array(where(), key, v, "array of string");
     if (v.array_type != ValueType::STRING) wrong_type(where(), key, v, "array of string");
     std::vector<std::string> out;
     out.reserve(v.array.size());
@@ -770,7 +770,8 @@ std::vector<std::string> File::get_string_array(std::string_view key) const {
 }
 
 std::vector<float> File::get_f32_array(std::string_view key) const {
-    const Value& v = require_array(where(), key, require(key), "array of float32");
+    const Value& v = require(key);
+    check_array(where(), key, v, "array of float32");
     if (v.array_type != ValueType::FLOAT32 && v.array_type != ValueType::FLOAT64) {
         wrong_type(where(), key, v, "array of float32");
     }
@@ -781,7 +782,8 @@ std::vector<float> File::get_f32_array(std::string_view key) const {
 }
 
 std::vector<int32_t> File::get_i32_array(std::string_view key) const {
-    const Value& v = require_array(where(), key, require(key), "array of int32");
+    const Value& v = require(key);
+    check_array(where(), key, v, "array of int32");
     if (!is_integer_type(v.array_type)) wrong_type(where(), key, v, "array of int32");
     std::vector<int32_t> out;
     out.reserve(v.array.size());
@@ -792,7 +794,8 @@ std::vector<int32_t> File::get_i32_array(std::string_view key) const {
 }
 
 std::vector<uint32_t> File::get_u32_array(std::string_view key) const {
-    const Value& v = require_array(where(), key, require(key), "array of uint32");
+    const Value& v = require(key);
+    check_array(where(), key, v, "array of uint32");
     if (!is_integer_type(v.array_type)) wrong_type(where(), key, v, "array of uint32");
     std::vector<uint32_t> out;
     out.reserve(v.array.size());

@@ -14,9 +14,9 @@ std::string shape_string(const std::vector<int64_t>& ne) {
     return s + "]";
 }
 
-const gguf::TensorInfo& require_tensor(const gguf::File& f, const std::string& name) {
+const gguf::TensorInfo& require_tensor(const gguf::File& f, std::string_view name) {
     const gguf::TensorInfo* t = f.find_tensor(name);
-    if (!t) throw Error(f.path() + ": missing tensor '" + name + "'");
+    if (!t) throw Error(f.path() + ": missing tensor '" + std::string(name) + "'");
     return *t;
 }
 

@@ -47,6 +47,7 @@ CudaForward::CudaForward(std::shared_ptr<const DeviceModel> weights, const Llama
     act_ = DeviceBuffer(M * std::max(dim, ffn) * sizeof(uint16_t));
     qkv_ = DeviceBuffer(M * (dim + 2 * kvd) * sizeof(float));
     gate_up_ = DeviceBuffer(M * 2 * ffn * sizeof(float));
+    ffn_act_ = DeviceBuffer(std::min(M, static_cast<size_t>(kGemvMaxRows)) * ffn * sizeof(uint16_t));
     out_act_ = DeviceBuffer(R * dim * sizeof(uint16_t));
     logits_ = DeviceBuffer(R * vocab * sizeof(float));
     tokens_ = DeviceBuffer(R * sizeof(int32_t));
@@ -56,6 +57,7 @@ CudaForward::CudaForward(std::shared_ptr<const DeviceModel> weights, const Llama
     tokens_host_ = PinnedBuffer(R * sizeof(int32_t));
     top_ids_host_ = PinnedBuffer(R * kMaxTopK * sizeof(int32_t));
     top_vals_host_ = PinnedBuffer(R * kMaxTopK * sizeof(float));
+    gemv_on_ = gemv_on_ && mma_supported(device_);
 }
 
 CudaForward::~CudaForward() = default;
@@ -94,6 +96,10 @@ void CudaForward::gemm(const uint16_t* a, const uint16_t* w, float* c, int32_t m
     // Row-major C (m_rows, n_out) is column-major C^T (n_out, m_rows) = W · A^T:
     // W row-major (n_out, k) read as column-major (k, n_out) and transposed,
     // A row-major (m_rows, k) read as column-major (k, m_rows).
+    if (gemv_on_ && gemv_fits(a, w, m_rows, k)) {  // gemv_on_ only where the tensor cores' mma.sync runs
+        launch_gemv(a, w, weights_->type(), c, m_rows, n_out, k, beta, stream_.get());
+        return;
+    }
     const float alpha = 1.0f;
     const cudaDataType_t t = cuda_type(weights_->type());
     SPECD_CUBLAS_CHECK(cublasGemmEx(cublas_.get(), CUBLAS_OP_T, CUBLAS_OP_N, n_out, m_rows, k, &alpha, w, t, k, a, t, k, &beta, c,
@@ -118,11 +124,31 @@ int32_t CudaForward::run(PagedKvCache& kv, std::span<const BatchItem> items) {
     return r;
 }
 
-bool CudaForward::graphs_from_environment() {
-    const char* value = std::getenv("SPECD_CUDA_GRAPHS");
+namespace {
+
+// An on/off switch from the environment: off for "0", "off", "false"; on otherwise (also unset).
+bool switch_from_environment(const char* name) {
+    const char* value = std::getenv(name);
     if (!value) return true;
     const std::string_view v(value);
     return !(v == "0" || v == "off" || v == "false");
+}
+
+}  // namespace
+
+bool CudaForward::graphs_from_environment() { return switch_from_environment("SPECD_CUDA_GRAPHS"); }
+
+bool CudaForward::gemv_from_environment() { return switch_from_environment("SPECD_CUDA_GEMV"); }
+
+bool CudaForward::mma_supported(int device) {
+    int major = 0;
+    SPECD_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    return major >= 8;
+}
+
+void CudaForward::set_small_batch_gemv(bool on) {
+    gemv_on_ = on && mma_supported(device_);
+    graphs_.clear();  // captured steps hold the other kernels
 }
 
 void CudaForward::set_graphs(bool on) {
@@ -242,9 +268,15 @@ void CudaForward::enqueue_forward(const KvCacheShape& ks, int32_t positions) {
         launch_paged_attention(qkv, qkv_ld, rows, heads, pool, l, positions, ht, act, s);
         gemm(act, L.wo.as<uint16_t>(), x, m, dim, dim, 1.0f);  // x += attention · wo^T
         launch_rms_norm_to_half(x, L.ffn_norm.as<float>(), nullptr, m, dim, hp.rms_eps, ht, act, s);
-        gemm(act, L.w_gate_up.as<uint16_t>(), gate_up, m, 2 * ffn, dim, 0.0f);
-        launch_swiglu_to_half(gate_up, m, ffn, ht, act, s);
-        gemm(act, L.w_down.as<uint16_t>(), x, m, dim, ffn, 1.0f);  // x += swiglu · w_down^T
+        if (gemv_on_ && gemv_fits(act, L.w_gate_up.as<uint16_t>(), m, dim)) {
+            // Decode and verification sizes: gate | up and SwiGLU in one kernel, into their own buffer.
+            launch_gemv_swiglu(act, L.w_gate_up.as<uint16_t>(), ht, m, ffn, dim, ffn_act_.as<uint16_t>(), s);
+            gemm(ffn_act_.as<uint16_t>(), L.w_down.as<uint16_t>(), x, m, dim, ffn, 1.0f);  // x += swiglu · w_down^T
+        } else {
+            gemm(act, L.w_gate_up.as<uint16_t>(), gate_up, m, 2 * ffn, dim, 0.0f);
+            launch_swiglu_to_half(gate_up, m, ffn, ht, act, s);
+            gemm(act, L.w_down.as<uint16_t>(), x, m, dim, ffn, 1.0f);  // x += swiglu · w_down^T
+        }
     }
     launch_rms_norm_to_half(x, weights_->output_norm(), packed + layout_.at.out_row, r, dim, hp.rms_eps, ht,
                             out_act_.as<uint16_t>(), s);

@@ -1,7 +1,10 @@
 // The Llama forward pass on a CUDA GPU, behind the engine's ForwardBackend
 // interface: own kernels for the element-wise parts and attention over the
-// paged KV cache (gpu/kernels.h), cuBLAS GEMMs (16-bit in, f32 accumulate)
-// for the projections and the classifier. Each instance owns one stream and
+// paged KV cache (gpu/kernels.h), 16-bit in, f32 accumulate matrix products
+// for the projections and the classifier: an own weight-streaming kernel for
+// steps of at most kGemvMaxRows tokens (decode, verification; see
+// launch_gemv), cuBLAS GEMMs for larger batches. SPECD_CUDA_GEMV=0 (or
+// set_small_batch_gemv(false)) sends every product to cuBLAS. Each instance owns one stream and
 // one cuBLAS handle: it is one "GPU compute actor". Two instances (the
 // draft's and the verifier's) on one device run side by side, each host
 // thread waiting only on its own stream's event. The weights are shared
@@ -82,6 +85,16 @@ public:
     // SPECD_CUDA_GRAPHS from the environment: false for "0", "off", "false"; true otherwise (also unset).
     static bool graphs_from_environment();
 
+    // The small-batch kernel for products of <= kGemvMaxRows rows (on by
+    // default where the device has mma.sync, compute capability >= 8.0);
+    // off, cuBLAS runs every product. Drops the cached graphs.
+    void set_small_batch_gemv(bool on);
+    bool small_batch_gemv() const { return gemv_on_; }
+    // SPECD_CUDA_GEMV from the environment: false for "0", "off", "false"; true otherwise (also unset).
+    static bool gemv_from_environment();
+    // Whether `device` runs the small-batch kernel's mma.sync (compute capability >= 8.0).
+    static bool mma_supported(int device);
+
 private:
     // Validates and plans the batch, runs it; logits stay on the device
     // (logits_, n_out rows). Returns n_out.
@@ -113,6 +126,7 @@ private:
     DeviceBuffer act_;       // (M, max(dim, ffn_dim)) 16-bit: GEMM inputs (normed rows, attention output, SwiGLU output)
     DeviceBuffer qkv_;       // (M, dim + 2*kv_dim) f32 q | k | v
     DeviceBuffer gate_up_;   // (M, 2*ffn_dim) f32 gate | up
+    DeviceBuffer ffn_act_;   // (min(M, kGemvMaxRows), ffn_dim) 16-bit SwiGLU output of launch_gemv_swiglu
     DeviceBuffer out_act_;   // (R, dim) 16-bit normed rows that need logits
     DeviceBuffer logits_;    // (R, n_vocab) f32
     DeviceBuffer tokens_;    // (R) int32 argmax per row
@@ -137,6 +151,7 @@ private:
     GraphCache<GraphExec> graphs_{GraphPolicy{}.capacity};
     GraphStats graph_stats_;
     bool graphs_on_ = graphs_from_environment();
+    bool gemv_on_ = gemv_from_environment();
     std::string graphs_off_reason_;
 };
 

@@ -8,6 +8,7 @@
 #include <cuda_fp16.h>
 
 #include <cfloat>
+#include <cstdint>
 #include <string>
 
 #include "gpu/cuda_handles.h"
@@ -35,6 +36,18 @@ __device__ __forceinline__ uint16_t from_f32(float x) {
         return __bfloat16_as_ushort(__float2bfloat16_rn(x));
     } else {
         return __half_as_ushort(__float2half_rn(x));
+    }
+}
+
+// Two 16-bit values packed in a word (low half first) as floats.
+template <bool kBf16>
+__device__ __forceinline__ float2 pair_to_f32(uint32_t packed) {
+    if constexpr (kBf16) {
+        return make_float2(__uint_as_float(packed << 16), __uint_as_float(packed & 0xffff0000u));
+    } else {
+        __half2 h;
+        memcpy(&h, &packed, sizeof(h));
+        return __half22float2(h);
     }
 }
 
@@ -205,15 +218,31 @@ __global__ void paged_attention_kernel(const float* __restrict__ qkv, int32_t qk
     for (int32_t d = threadIdx.x; d < hd; d += blockDim.x) q[d] = q_src[d] * scale;
     __syncthreads();
 
-    // Scores: one warp per position, lanes split the head dimension.
-    const int32_t lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, n_warps = blockDim.x / kWarp;
-    for (int32_t p = warp; p < n_pos; p += n_warps) {
+    // Scores: one thread per position, so every key's loads are in flight at
+    // once (the step is latency-bound at decode sizes); 16-byte loads when
+    // the head's rows are 16-byte aligned (head_dim and kv_dim multiples of 8).
+    const bool vector_keys = hd % 8 == 0 && pool.kv_dim % 8 == 0;
+    for (int32_t p = threadIdx.x; p < n_pos; p += blockDim.x) {
         const int32_t block = block_of(rows, r, p, pool.block_size);
         const uint16_t* key = pool.k + pool_offset(block, layer, p % pool.block_size, pool) + static_cast<size_t>(kv_head) * hd;
         float dot = 0.0f;
-        for (int32_t d = lane; d < hd; d += kWarp) dot += q[d] * to_f32<kBf16>(key[d]);
-        dot = warp_sum(dot);
-        if (lane == 0) scores[p] = dot;
+        if (vector_keys) {
+            const uint4* key8 = reinterpret_cast<const uint4*>(key);
+#pragma unroll 4
+            for (int32_t c8 = 0; c8 < hd / 8; ++c8) {
+                const uint4 kv = __ldg(key8 + c8);
+                const uint32_t kp[4] = {kv.x, kv.y, kv.z, kv.w};
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    const float2 kf = pair_to_f32<kBf16>(kp[i]);
+                    dot = fmaf(q[8 * c8 + 2 * i], kf.x, dot);
+                    dot = fmaf(q[8 * c8 + 2 * i + 1], kf.y, dot);
+                }
+            }
+        } else {
+            for (int32_t d = 0; d < hd; ++d) dot = fmaf(q[d], to_f32<kBf16>(key[d]), dot);
+        }
+        scores[p] = dot;
     }
     __syncthreads();
 
@@ -232,6 +261,7 @@ __global__ void paged_attention_kernel(const float* __restrict__ qkv, int32_t qk
     uint16_t* dst = out + static_cast<size_t>(r) * heads.n_heads * hd + static_cast<size_t>(h) * hd;
     for (int32_t d = threadIdx.x; d < hd; d += blockDim.x) {
         float acc = 0.0f;
+#pragma unroll 8
         for (int32_t p = 0; p < n_pos; ++p) {
             const int32_t block = block_of(rows, r, p, pool.block_size);
             const uint16_t* value = pool.v + pool_offset(block, layer, p % pool.block_size, pool) + static_cast<size_t>(kv_head) * hd;
@@ -328,6 +358,154 @@ __global__ void fill_random_kernel(uint16_t* __restrict__ dst, size_t n, uint64_
     }
 }
 
+// ---- small-batch products: c (m, n_out) f32 (+)= a (m, k) · w (n_out, k)^T,
+// m <= kGemvMaxRows, on the tensor cores (mma.sync m16n8k16, 16-bit in, f32
+// accumulate). At decode and verification sizes a step is bound by reading
+// the weights once, and cuBLAS's tiles (made for large m) left bandwidth
+// unused. A block owns one 16-row tile of w and splits k over its warps in
+// 32-element chunks (warp v takes chunks v, v + warps, ...); each chunk is
+// two k16 steps. Lane (g = lane/4, t = lane%4) loads 8 contiguous elements
+// (one 16-byte load) of weight rows g and g+8 and of activation rows (tokens)
+// g and g+8 at chunk offset 8t, and hands them to the fragments under one k
+// permutation shared by A and B (a dot product does not care which k pairs
+// meet in which step). A token's sums use only its own column (padding
+// columns are zero) and the warps' partial sums meet in a fixed order, so a
+// row gets the same bits alone or in a verification batch of up to 16.
+// The warps per block depend on k alone (never on m): long rows (w_down)
+// take 16, so that a block's chunks are in flight at once.
+constexpr int kMmaRows = 16;         // weight rows per block (one m16 tile)
+constexpr int kMmaUnroll = 4;        // 32-element chunks in flight per warp
+constexpr int32_t kMmaLongK = 4096;  // rows longer than this get 16 warps per block, others 8
+
+template <bool kBf16>
+__device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+    __trap();  // never launched there: CudaForward::mma_supported keeps such devices on cuBLAS
+#else
+    if constexpr (kBf16) {
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    } else {
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    }
+#endif
+}
+
+// a (m_rows, k8) and w in 16-byte chunks; kTiles n8 tiles of tokens (m_rows <= 8 * kTiles).
+// Plain: c (m_rows, n_out) f32 (+)= the products, block b owns rows 16b..16b+15.
+// kSwiglu: w is gate | up (2*n_out rows); block b owns features f = 8b..8b+7
+// (tile rows 0-7 gate f.., rows 8-15 up f..) and writes half_out (m_rows,
+// n_out) 16-bit = silu(gate) * up.
+template <bool kBf16, int kTiles, bool kSwiglu, int kMmaWarps>
+__global__ void __launch_bounds__(kMmaWarps * kWarp)
+    gemv_mma_kernel(const uint4* __restrict__ a, const uint4* __restrict__ w, float* __restrict__ c, uint16_t* __restrict__ half_out,
+                    int32_t m_rows, int32_t n_out, int32_t k8, float beta) {
+    constexpr int kTokens = 8 * kTiles;
+    __shared__ float partial[kMmaWarps][kMmaRows][kTokens];
+    const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+    const int g = lane / 4, t = lane % 4;
+    const int32_t first = static_cast<int32_t>(blockIdx.x) * (kSwiglu ? kMmaRows / 2 : kMmaRows);
+    // Past the end: read the last row again (in bounds) and store nothing for it.
+    const auto weight_row = [&](int r) {
+        return kSwiglu ? (r / 8) * n_out + min(first + r % 8, n_out - 1) : min(first + r, n_out - 1);
+    };
+    const uint4* w_lo = w + static_cast<size_t>(weight_row(g)) * k8 + t;
+    const uint4* w_hi = w + static_cast<size_t>(weight_row(g + 8)) * k8 + t;
+    const uint4* a_tok[kTiles];
+    bool has_tok[kTiles];
+#pragma unroll
+    for (int i = 0; i < kTiles; ++i) {
+        const int token = 8 * i + g;
+        has_tok[i] = token < m_rows;
+        a_tok[i] = a + static_cast<size_t>(has_tok[i] ? token : 0) * k8 + t;
+    }
+    float acc[kTiles][4];
+#pragma unroll
+    for (int i = 0; i < kTiles; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+    const int32_t n_chunks = k8 / 4;  // 32-element chunks
+    for (int32_t base = warp; base < n_chunks; base += kMmaWarps * kMmaUnroll) {
+        uint4 lo[kMmaUnroll], hi[kMmaUnroll], act[kMmaUnroll][kTiles];
+#pragma unroll
+        for (int u = 0; u < kMmaUnroll; ++u) {
+            const int32_t chunk = base + u * kMmaWarps;
+            const bool in = chunk < n_chunks;
+            lo[u] = in ? __ldg(w_lo + 4 * chunk) : make_uint4(0, 0, 0, 0);
+            hi[u] = in ? __ldg(w_hi + 4 * chunk) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+            for (int i = 0; i < kTiles; ++i) act[u][i] = in && has_tok[i] ? __ldg(a_tok[i] + 4 * chunk) : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int u = 0; u < kMmaUnroll; ++u) {
+            // k16 step 0: pairs 0, 1 of each load; step 1: pairs 2, 3.
+            const uint32_t a0[4] = {lo[u].x, hi[u].x, lo[u].y, hi[u].y};
+            const uint32_t a1[4] = {lo[u].z, hi[u].z, lo[u].w, hi[u].w};
+#pragma unroll
+            for (int i = 0; i < kTiles; ++i) {
+                mma_16816<kBf16>(acc[i], a0, act[u][i].x, act[u][i].y);
+                mma_16816<kBf16>(acc[i], a1, act[u][i].z, act[u][i].w);
+            }
+        }
+    }
+    // acc[i] = C rows (g, g, g+8, g+8), tokens (8i + 2t, 8i + 2t + 1, 8i + 2t, 8i + 2t + 1).
+#pragma unroll
+    for (int i = 0; i < kTiles; ++i) {
+        partial[warp][g][8 * i + 2 * t] = acc[i][0];
+        partial[warp][g][8 * i + 2 * t + 1] = acc[i][1];
+        partial[warp][g + 8][8 * i + 2 * t] = acc[i][2];
+        partial[warp][g + 8][8 * i + 2 * t + 1] = acc[i][3];
+    }
+    __syncthreads();
+    const auto total = [&](int r, int token) {
+        float sum = 0.0f;
+#pragma unroll
+        for (int v = 0; v < kMmaWarps; ++v) sum += partial[v][r][token];
+        return sum;
+    };
+    if constexpr (kSwiglu) {
+        for (int e = threadIdx.x; e < 8 * m_rows; e += blockDim.x) {
+            const int r = e % 8, token = e / 8;
+            if (first + r >= n_out) continue;
+            const float gate = total(r, token), up = total(r + 8, token);
+            half_out[static_cast<size_t>(token) * n_out + first + r] = from_f32<kBf16>(gate / (1.0f + expf(-gate)) * up);
+        }
+    } else {
+        for (int e = threadIdx.x; e < kMmaRows * m_rows; e += blockDim.x) {
+            const int r = e % kMmaRows, token = e / kMmaRows;
+            if (first + r >= n_out) continue;
+            const float sum = total(r, token);
+            float* out = c + static_cast<size_t>(token) * n_out + first + r;
+            *out = beta == 0.0f ? sum : sum + beta * *out;  // beta 0 never reads c (it may hold anything)
+        }
+    }
+}
+
+template <bool kBf16, bool kSwiglu, int kWarps>
+void launch_gemv_mma_warps(const uint4* a8, const uint4* w8, float* c, uint16_t* half_out, int32_t m_rows, int32_t n_out, int32_t k,
+                           float beta, cudaStream_t stream) {
+    const int32_t per_block = kSwiglu ? kMmaRows / 2 : kMmaRows;
+    const unsigned blocks = static_cast<unsigned>((n_out + per_block - 1) / per_block);
+    if (m_rows <= 8) {
+        gemv_mma_kernel<kBf16, 1, kSwiglu, kWarps><<<blocks, kWarps * kWarp, 0, stream>>>(a8, w8, c, half_out, m_rows, n_out, k / 8, beta);
+    } else {
+        gemv_mma_kernel<kBf16, 2, kSwiglu, kWarps><<<blocks, kWarps * kWarp, 0, stream>>>(a8, w8, c, half_out, m_rows, n_out, k / 8, beta);
+    }
+}
+
+template <bool kBf16, bool kSwiglu>
+void launch_gemv_mma(const uint16_t* a, const uint16_t* w, float* c, uint16_t* half_out, int32_t m_rows, int32_t n_out, int32_t k,
+                     float beta, cudaStream_t stream) {
+    const auto* a8 = reinterpret_cast<const uint4*>(a);
+    const auto* w8 = reinterpret_cast<const uint4*>(w);
+    if (k > kMmaLongK) {
+        launch_gemv_mma_warps<kBf16, kSwiglu, 16>(a8, w8, c, half_out, m_rows, n_out, k, beta, stream);
+    } else {
+        launch_gemv_mma_warps<kBf16, kSwiglu, 8>(a8, w8, c, half_out, m_rows, n_out, k, beta, stream);
+    }
+}
+
 __global__ void fill_float_kernel(float* __restrict__ dst, size_t n, float value) {
     for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n; i += static_cast<size_t>(gridDim.x) * blockDim.x) {
         dst[i] = value;
@@ -416,6 +594,48 @@ void launch_swiglu_to_half(const float* gate_up, int32_t n_rows, int32_t ffn, Ha
     }
     SPECD_CUDA_CHECK_LAUNCH();
 }
+
+bool gemv_fits(const uint16_t* a, const uint16_t* w, int32_t m_rows, int32_t k) {
+    const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+    return m_rows >= 1 && m_rows <= kGemvMaxRows && k > 0 && k % 32 == 0 && aligned(a) && aligned(w);
+}
+
+namespace {
+
+void require_gemv_fits(const char* what, const uint16_t* a, const uint16_t* w, int32_t m_rows, int32_t k) {
+    if (!gemv_fits(a, w, m_rows, k)) {
+        throw Error(std::string(what) + ": " + std::to_string(m_rows) + " rows of " + std::to_string(k) +
+                    " elements do not fit the small-batch kernel (1.." + std::to_string(kGemvMaxRows) +
+                    " rows, k a multiple of 32, 16-byte aligned)");
+    }
+}
+
+}  // namespace
+
+void launch_gemv(const uint16_t* a, const uint16_t* w, HalfType type, float* c, int32_t m_rows, int32_t n_out, int32_t k,
+                 float beta, cudaStream_t stream) {
+    if (n_out <= 0) return;
+    require_gemv_fits("gemv", a, w, m_rows, k);
+    if (type == HalfType::BF16) {
+        launch_gemv_mma<true, false>(a, w, c, nullptr, m_rows, n_out, k, beta, stream);
+    } else {
+        launch_gemv_mma<false, false>(a, w, c, nullptr, m_rows, n_out, k, beta, stream);
+    }
+    SPECD_CUDA_CHECK_LAUNCH();
+}
+
+void launch_gemv_swiglu(const uint16_t* a, const uint16_t* w_gate_up, HalfType type, int32_t m_rows, int32_t ffn, int32_t k,
+                        uint16_t* out, cudaStream_t stream) {
+    if (ffn <= 0) return;
+    require_gemv_fits("gemv_swiglu", a, w_gate_up, m_rows, k);
+    if (type == HalfType::BF16) {
+        launch_gemv_mma<true, true>(a, w_gate_up, nullptr, out, m_rows, ffn, k, 0.0f, stream);
+    } else {
+        launch_gemv_mma<false, true>(a, w_gate_up, nullptr, out, m_rows, ffn, k, 0.0f, stream);
+    }
+    SPECD_CUDA_CHECK_LAUNCH();
+}
+
 
 void launch_argmax_rows(const float* logits, int32_t n_rows, int32_t n_vocab, int32_t* out, cudaStream_t stream) {
     if (n_rows <= 0) return;

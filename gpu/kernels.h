@@ -7,7 +7,7 @@
 // pairs (2i, 2i+1) of each head with theta = pos * base^(-2i/rope_dim), the
 // KV pool laid out (n_blocks, n_layers, block_size, kv_dim). The residual
 // adds have no kernel of their own: the GEMMs of wo and w_down accumulate
-// into the residual stream (cuBLAS beta = 1), saving a pass over it.
+// into the residual stream (beta = 1), saving a pass over it.
 #pragma once
 
 #include <cstddef>
@@ -70,6 +70,30 @@ void launch_paged_attention(const float* qkv, int32_t qkv_ld, const RowsView& ro
 // out (n_rows, ffn) 16-bit = silu(gate) * up, from gate_up (n_rows, 2*ffn) f32 = gate | up.
 void launch_swiglu_to_half(const float* gate_up, int32_t n_rows, int32_t ffn, HalfType out_type, uint16_t* out,
                            cudaStream_t stream);
+
+// ---- small-batch matrix products (decode and verification steps)
+
+// The most activation rows launch_gemv takes; larger batches go to cuBLAS.
+constexpr int32_t kGemvMaxRows = 16;
+
+// Whether launch_gemv takes this product: 1 <= m_rows <= kGemvMaxRows, k a
+// multiple of 32, a and w 16-byte aligned. The kernels use the tensor cores'
+// mma.sync: the caller also needs a device of compute capability >= 8.0.
+bool gemv_fits(const uint16_t* a, const uint16_t* w, int32_t m_rows, int32_t k);
+
+// c (m_rows, n_out) f32 = a (m_rows, k) 16-bit · w (n_out, k)^T 16-bit + beta * c,
+// f32 accumulation on the tensor cores; beta 0 never reads c. Each output's
+// sum is formed in the same order for every m_rows, so a row's result does
+// not depend on the rows batched with it. Throws gpu::Error unless gemv_fits.
+void launch_gemv(const uint16_t* a, const uint16_t* w, HalfType type, float* c, int32_t m_rows, int32_t n_out, int32_t k,
+                 float beta, cudaStream_t stream);
+
+// out (m_rows, ffn) 16-bit = silu(gate) * up with gate | up (m_rows, 2*ffn) =
+// a (m_rows, k) · w_gate_up (2*ffn, k)^T: launch_gemv and launch_swiglu_to_half
+// in one kernel, the same bits, without the f32 gate | up in memory. out must
+// not overlap a. Throws gpu::Error unless gemv_fits.
+void launch_gemv_swiglu(const uint16_t* a, const uint16_t* w_gate_up, HalfType type, int32_t m_rows, int32_t ffn, int32_t k,
+                        uint16_t* out, cudaStream_t stream);
 
 // ---- sampling helpers: only tokens and the needed probabilities go back to the host.
 

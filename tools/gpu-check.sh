@@ -9,7 +9,8 @@
 #      pass against the CPU logits on stories15M, greedy speculation == plain
 #      on the GPU, stream overlap by event timestamps, CUDA-graph replay ==
 #      eager launches) → OUTDIR/gpu_check.log, then the whole-model checks
-#      again with SPECD_CUDA_GRAPHS=0 → OUTDIR/gpu_check_no_graphs.log,
+#      again with SPECD_CUDA_GRAPHS=0 → OUTDIR/gpu_check_no_graphs.log and
+#      with SPECD_CUDA_GEMV=0 (cuBLAS for every product) → OUTDIR/gpu_check_cublas.log,
 #   3. runs gpu_bench (stories15M decode tokens/s with graphs off and on, verify(9)/decode(1) cost,
 #      7B-shape random-weights decode and HBM share, 64 sessions spec on/off)
 #      → OUTDIR/gpu_bench.md,
@@ -76,6 +77,15 @@ eager_rc=$?
 cat "$out/gpu_check_no_graphs.log"
 say "gpu_check with CUDA graphs off exit $eager_rc after $(( $(date +%s) - start )) s"
 [ $check_rc -eq 0 ] && check_rc=$eager_rc
+
+# And with every matrix product through cuBLAS (SPECD_CUDA_GEMV=0), the path
+# of batches over kGemvMaxRows rows, checked here at decode sizes too.
+SPECD_CUDA_GEMV=0 timeout 120 "$build/bin/gpu_check" --models "$models" forward_logits greedy_speculative cuda_graphs \
+  >"$out/gpu_check_cublas.log" 2>&1
+cublas_rc=$?
+cat "$out/gpu_check_cublas.log"
+say "gpu_check with every product through cuBLAS exit $cublas_rc after $(( $(date +%s) - start )) s"
+[ $check_rc -eq 0 ] && check_rc=$cublas_rc
 
 timeout 240 "$build/bin/gpu_bench" --models "$models" >"$out/gpu_bench.md" 2>&1
 bench_rc=$?

@@ -324,6 +324,110 @@ void check_swiglu(const Context&, std::ostream& log) {
     });
 }
 
+void check_gemv(const Context&, std::ostream& log) {
+    // Shapes: tails in n_out (not a multiple of a block's 16 rows) and in k
+    // (9, 65 and 129 chunks of 32: partial unrolled loads; 4128 > 4096 takes
+    // the 16-warp blocks), and rows 1..16.
+    struct Shape {
+        int32_t n_out, k;
+    };
+    const Shape shapes[] = {{37, 288}, {300, 2080}, {37, 4128}};
+    const int32_t row_counts[] = {1, 2, 5, 9, 16};
+    for_each_half_type([&](HalfType t) {
+        for (const Shape& sh : shapes) {
+            const int32_t max_rows = kGemvMaxRows;
+            const std::vector<uint16_t> a = to_half(random_floats(static_cast<size_t>(max_rows * sh.k), 11), t);
+            const std::vector<uint16_t> w = to_half(random_floats(static_cast<size_t>(sh.n_out * sh.k), 12), t);
+            const std::vector<float> c0 = random_floats(static_cast<size_t>(max_rows * sh.n_out), 13, -10.0f, 10.0f);
+            DeviceBuffer d_a = to_device(a), d_w = to_device(w), d_c(c0.size() * sizeof(float));
+            // Row r alone (beta 0, c full of NaN: beta 0 must not read it) is the reference bits for every batch below.
+            const std::vector<float> nans(c0.size(), std::nanf(""));
+            std::vector<float> alone(c0.size());
+            for (int32_t r = 0; r < max_rows; ++r) {
+                d_c.upload(nans.data(), nans.size() * sizeof(float));
+                launch_gemv(d_a.as<uint16_t>() + static_cast<size_t>(r) * sh.k, d_w.as<uint16_t>(), t, d_c.as<float>(), 1, sh.n_out,
+                            sh.k, 0.0f, nullptr);
+                SPECD_CUDA_CHECK(cudaDeviceSynchronize());
+                const std::vector<float> got = from_device<float>(d_c, static_cast<size_t>(sh.n_out));
+                std::copy(got.begin(), got.end(), alone.begin() + static_cast<ptrdiff_t>(r) * sh.n_out);
+            }
+            // Against a double-precision reference: f32 accumulation over k terms.
+            double worst = 0.0;
+            for (int32_t r = 0; r < max_rows; ++r) {
+                for (int32_t o = 0; o < sh.n_out; ++o) {
+                    double sum = 0.0, magnitude = 0.0;
+                    for (int32_t i = 0; i < sh.k; ++i) {
+                        const double p = static_cast<double>(half_to_float(a[static_cast<size_t>(r * sh.k + i)], t)) *
+                                         half_to_float(w[static_cast<size_t>(o * sh.k + i)], t);
+                        sum += p;
+                        magnitude += std::fabs(p);
+                    }
+                    const double got = alone[static_cast<size_t>(r * sh.n_out + o)];
+                    const double err = std::fabs(got - sum);
+                    expect(err <= 1e-5 * magnitude + 1e-6, "gemv " + std::string(half_type_name(t)) + " row " + std::to_string(r) +
+                                                               " output " + std::to_string(o) + ": " + std::to_string(got) +
+                                                               ", expected " + std::to_string(sum));
+                    worst = std::max(worst, err);
+                }
+            }
+            for (int32_t m : row_counts) {
+                for (float beta : {0.0f, 1.0f}) {
+                    if (beta == 0.0f) {
+                        d_c.upload(nans.data(), nans.size() * sizeof(float));
+                    } else {
+                        d_c.upload(c0.data(), c0.size() * sizeof(float));
+                    }
+                    launch_gemv(d_a.as<uint16_t>(), d_w.as<uint16_t>(), t, d_c.as<float>(), m, sh.n_out, sh.k, beta, nullptr);
+                    SPECD_CUDA_CHECK(cudaDeviceSynchronize());
+                    const std::vector<float> got = from_device<float>(d_c, static_cast<size_t>(m * sh.n_out));
+                    for (size_t i = 0; i < got.size(); ++i) {
+                        // Bit-equal to the row alone: the sum's order does not depend on the batch.
+                        const float want = beta == 0.0f ? alone[i] : alone[i] + c0[i];
+                        expect(got[i] == want, "gemv " + std::string(half_type_name(t)) + " with " + std::to_string(m) +
+                                                   " rows, beta " + std::to_string(beta) + ": element " + std::to_string(i) + " is " +
+                                                   std::to_string(got[i]) + ", the row alone gives " + std::to_string(want));
+                    }
+                }
+            }
+            log << "  gemv " << half_type_name(t) << " (" << sh.n_out << " x " << sh.k << "): rows 1, 2, 5, 9, 16, beta 0 and 1, "
+                << "each row bit-equal to it alone; max error against f64 " << worst << "\n";
+        }
+        // The fused gate | up product and SwiGLU: the bits of launch_gemv then launch_swiglu_to_half.
+        for (const auto& [ffn, k] : {std::pair<int32_t, int32_t>{37, 288}, {300, 288}, {37, 4128}}) {
+            const std::vector<uint16_t> a = to_half(random_floats(static_cast<size_t>(kGemvMaxRows * k), 14), t);
+            const std::vector<uint16_t> w = to_half(random_floats(static_cast<size_t>(2 * ffn * k), 15, -0.3f, 0.3f), t);
+            DeviceBuffer d_a = to_device(a), d_w = to_device(w);
+            DeviceBuffer d_gu(static_cast<size_t>(kGemvMaxRows * 2 * ffn) * sizeof(float));
+            DeviceBuffer d_ref(static_cast<size_t>(kGemvMaxRows * ffn) * sizeof(uint16_t)), d_out(d_ref.bytes());
+            for (int32_t m : row_counts) {
+                launch_gemv(d_a.as<uint16_t>(), d_w.as<uint16_t>(), t, d_gu.as<float>(), m, 2 * ffn, k, 0.0f, nullptr);
+                launch_swiglu_to_half(d_gu.as<float>(), m, ffn, t, d_ref.as<uint16_t>(), nullptr);
+                launch_gemv_swiglu(d_a.as<uint16_t>(), d_w.as<uint16_t>(), t, m, ffn, k, d_out.as<uint16_t>(), nullptr);
+                SPECD_CUDA_CHECK(cudaDeviceSynchronize());
+                const std::vector<uint16_t> want = from_device<uint16_t>(d_ref, static_cast<size_t>(m * ffn));
+                const std::vector<uint16_t> got = from_device<uint16_t>(d_out, want.size());
+                for (size_t i = 0; i < got.size(); ++i) {
+                    expect(got[i] == want[i], "gemv_swiglu " + std::string(half_type_name(t)) + " k " + std::to_string(k) + " ffn " + std::to_string(ffn) + ", " +
+                                                  std::to_string(m) + " rows: element " + std::to_string(i) + " differs from gemv + swiglu");
+                }
+            }
+            log << "  gemv_swiglu " << half_type_name(t) << " (k " << k << ", ffn " << ffn << "): rows 1, 2, 5, 9, 16 bit-equal to gemv then swiglu\n";
+        }
+        // What the kernel does not take goes to cuBLAS; launch_gemv itself refuses it.
+        DeviceBuffer d_a(32 * 304 * sizeof(uint16_t)), d_w(304 * 304 * sizeof(uint16_t)), d_c(32 * 304 * sizeof(float));
+        expect(!gemv_fits(d_a.as<uint16_t>(), d_w.as<uint16_t>(), kGemvMaxRows + 1, 304), "gemv takes 17 rows");
+        expect(!gemv_fits(d_a.as<uint16_t>(), d_w.as<uint16_t>(), 1, 296), "gemv takes k = 296 (not a multiple of 32)");
+        expect(!gemv_fits(d_a.as<uint16_t>() + 1, d_w.as<uint16_t>(), 1, 304), "gemv takes a misaligned activation row");
+        bool refused = false;
+        try {
+            launch_gemv(d_a.as<uint16_t>(), d_w.as<uint16_t>(), t, d_c.as<float>(), kGemvMaxRows + 1, 304, 304, 0.0f, nullptr);
+        } catch (const Error&) {
+            refused = true;
+        }
+        expect(refused, "launch_gemv ran 17 rows");
+    });
+}
+
 void check_sampling(const Context&, std::ostream& log) {
     const int32_t rows = 3, vocab = 1000, k = 5;
     std::vector<float> logits = random_floats(static_cast<size_t>(rows * vocab), 9, -5.0f, 5.0f);
@@ -719,6 +823,7 @@ const std::vector<Check>& all() {
         {"rope_store_kv", "RoPE on q/k and K/V stores into the paged pool match the CPU", check_rope_store_kv},
         {"paged_attention", "paged attention (verify T=5, decode, long context, GQA) matches a CPU reference", check_paged_attention},
         {"swiglu", "SwiGLU to 16-bit matches the CPU", check_swiglu},
+        {"gemv", "the small-batch GEMV (1..16 rows) matches f64 sums, each row bit-equal to it alone; fused SwiGLU = unfused", check_gemv},
         {"sampling", "device argmax, softmax and top-k match the CPU", check_sampling},
         {"forward_logits", "full forward pass (stories15M f32/q8_0 as f16/bf16) matches the CPU logits", check_forward_logits},
         {"greedy_speculative", "greedy output with speculation on the GPU equals plain GPU greedy output", check_greedy_speculative},
