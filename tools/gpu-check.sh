@@ -36,7 +36,7 @@ summary=$out/summary.txt
 : >"$summary"
 say() { echo "gpu-check: $*" | tee -a "$summary"; }
 
-say "commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown), CUDA architectures $arch, models $models"
+say "commit $(git -C "$root" describe --always --dirty 2>/dev/null || echo unknown), CUDA architectures $arch, models $models"
 command -v nvidia-smi >/dev/null && nvidia-smi >"$out/nvidia-smi.txt" 2>&1
 
 generator=()
