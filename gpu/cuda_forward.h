@@ -1,13 +1,15 @@
 // The Llama forward pass on a CUDA GPU, behind the engine's ForwardBackend
 // interface: own kernels for the element-wise parts and attention over the
-// paged KV cache (gpu/kernels.h), 16-bit in, f32 accumulate matrix products
-// for the projections and the classifier: an own weight-streaming kernel for
-// steps of at most kGemvMaxRows tokens (decode, verification; see
-// launch_gemv), cuBLAS GEMMs for larger batches. SPECD_CUDA_GEMV=0 (or
-// set_small_batch_gemv(false)) sends every product to cuBLAS. Each instance owns one stream and
-// one cuBLAS handle: it is one "GPU compute actor". Two instances (the
-// draft's and the verifier's) on one device run side by side, each host
-// thread waiting only on its own stream's event. The weights are shared
+// paged KV cache (gpu/kernels.h), and matrix products (16-bit in, f32
+// accumulate) for the projections and the classifier: for steps of at most
+// kGemvMaxRows tokens (decode, verification) an own tensor-core kernel that
+// streams each weight once and gives a row the same bits whatever the batch
+// (launch_gemv; gate | up and SwiGLU fused), for larger batches cuBLAS.
+// SPECD_CUDA_GEMV=0 (or set_small_batch_gemv(false)) sends every product to
+// cuBLAS. Each instance owns one stream and one cuBLAS handle: it is one
+// "GPU compute actor". Two instances (the draft's and the verifier's) on one
+// device run side by side, each host thread waiting only on its own
+// stream's event. The weights are shared
 // (DeviceModel, uploaded once per device); the K/V storage of the cache this
 // backend made lives in VRAM, indexed by the host cache's block ids.
 // All device memory is allocated in the constructor and make_kv_cache();
