@@ -263,8 +263,14 @@ void CudaForward::enqueue_forward(const KvCacheShape& ks, int32_t positions) {
     for (int32_t l = 0; l < hp.n_layers; ++l) {
         const DeviceLayer& L = weights_->layers()[static_cast<size_t>(l)];
         launch_rms_norm_to_half(x, L.attn_norm.as<float>(), nullptr, m, dim, hp.rms_eps, ht, act, s);
-        gemm(act, L.wqkv.as<uint16_t>(), qkv, m, qkv_ld, dim, 0.0f);
-        launch_rope_store_kv(qkv, qkv_ld, rows, heads, weights_->rope_cos(), weights_->rope_sin(), pool, l, s);
+        if (gemv_on_ && gemv_fits(act, L.wqkv.as<uint16_t>(), m, dim)) {
+            // Decode and verification sizes: q | k | v, RoPE and the K/V stores in one kernel.
+            launch_gemv_qkv_rope(act, L.wqkv.as<uint16_t>(), qkv, qkv_ld, dim, rows, heads, weights_->rope_cos(), weights_->rope_sin(),
+                                 pool, l, s);
+        } else {
+            gemm(act, L.wqkv.as<uint16_t>(), qkv, m, qkv_ld, dim, 0.0f);
+            launch_rope_store_kv(qkv, qkv_ld, rows, heads, weights_->rope_cos(), weights_->rope_sin(), pool, l, s);
+        }
         launch_paged_attention(qkv, qkv_ld, rows, heads, pool, l, positions, ht, act, s);
         gemm(act, L.wo.as<uint16_t>(), x, m, dim, dim, 1.0f);  // x += attention · wo^T
         launch_rms_norm_to_half(x, L.ffn_norm.as<float>(), nullptr, m, dim, hp.rms_eps, ht, act, s);

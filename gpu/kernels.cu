@@ -377,6 +377,22 @@ constexpr int kMmaRows = 16;         // weight rows per block (one m16 tile)
 constexpr int kMmaUnroll = 4;        // 32-element chunks in flight per warp
 constexpr int32_t kMmaLongK = 4096;  // rows longer than this get 16 warps per block, others 8
 
+// What a block does with its sums.
+constexpr int kStorePlain = 0;   // c (+)= the products
+constexpr int kStoreSwiglu = 1;  // gate | up pairs -> silu(gate) * up, 16-bit
+constexpr int kStoreRope = 2;    // q | k | v: RoPE on q and k, k and v into the paged pool (rope_store_kv_kernel's work)
+
+// What kStoreRope needs: the rows' positions and blocks, the heads, the
+// RoPE tables and the pool layer to store into.
+struct RopeStore {
+    RowsView rows;
+    HeadShape heads;
+    const float* rope_cos = nullptr;  // (n_ctx, rope_half) f32
+    const float* rope_sin = nullptr;  // (n_ctx, rope_half) f32
+    KvPoolView pool;
+    int32_t layer = 0;
+};
+
 template <bool kBf16>
 __device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
@@ -396,13 +412,18 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4],
 
 // a (m_rows, k8) and w in 16-byte chunks; kTiles n8 tiles of tokens (m_rows <= 8 * kTiles).
 // Plain: c (m_rows, n_out) f32 (+)= the products, block b owns rows 16b..16b+15.
-// kSwiglu: w is gate | up (2*n_out rows); block b owns features f = 8b..8b+7
-// (tile rows 0-7 gate f.., rows 8-15 up f..) and writes half_out (m_rows,
-// n_out) 16-bit = silu(gate) * up.
-template <bool kBf16, int kTiles, bool kSwiglu, int kMmaWarps>
+// kStoreSwiglu: w is gate | up (2*n_out rows); block b owns features f =
+// 8b..8b+7 (tile rows 0-7 gate f.., rows 8-15 up f..) and writes half_out
+// (m_rows, n_out) 16-bit = silu(gate) * up.
+// kStoreRope: w is wq | wk | wv (n_out = q_dim + 2*kv_dim rows), beta 0; c
+// gets q and k rotated (pairs 2i, 2i+1 of a head, i < rope_half, both in the
+// block) and v, and k and v go to the pool at each row's position, as
+// rope_store_kv_kernel does from the plain product.
+template <bool kBf16, int kTiles, int kStore, int kMmaWarps>
 __global__ void __launch_bounds__(kMmaWarps * kWarp)
     gemv_mma_kernel(const uint4* __restrict__ a, const uint4* __restrict__ w, float* __restrict__ c, uint16_t* __restrict__ half_out,
-                    int32_t m_rows, int32_t n_out, int32_t k8, float beta) {
+                    RopeStore rope, int32_t m_rows, int32_t n_out, int32_t k8, float beta) {
+    constexpr bool kSwiglu = kStore == kStoreSwiglu;
     constexpr int kTokens = 8 * kTiles;
     __shared__ float partial[kMmaWarps][kMmaRows][kTokens];
     const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
@@ -471,6 +492,38 @@ __global__ void __launch_bounds__(kMmaWarps * kWarp)
             const float gate = total(r, token), up = total(r + 8, token);
             half_out[static_cast<size_t>(token) * n_out + first + r] = from_f32<kBf16>(gate / (1.0f + expf(-gate)) * up);
         }
+    } else if constexpr (kStore == kStoreRope) {
+        const int32_t hd = rope.heads.head_dim, half = rope.heads.rope_half;
+        const int32_t q_dim = rope.heads.n_heads * hd, kv_dim = rope.heads.n_kv_heads * hd;
+        for (int e = threadIdx.x; e < kMmaRows / 2 * m_rows; e += blockDim.x) {
+            const int pair = e % (kMmaRows / 2), token = e / (kMmaRows / 2);
+            const int32_t o = first + 2 * pair;  // even: q, k and v sections and heads have even sizes
+            if (o >= n_out) continue;
+            float x0 = total(2 * pair, token), x1 = total(2 * pair + 1, token);
+            const int32_t pos = rope.rows.row_pos[token];
+            const bool is_v = o >= q_dim + kv_dim;
+            if (!is_v) {
+                const int32_t i = ((o < q_dim ? o : o - q_dim) % hd) / 2;
+                if (i < half) {
+                    const float cs = rope.rope_cos[static_cast<size_t>(pos) * half + i];
+                    const float sn = rope.rope_sin[static_cast<size_t>(pos) * half + i];
+                    const float r0 = x0 * cs - x1 * sn;
+                    const float r1 = x0 * sn + x1 * cs;
+                    x0 = r0;
+                    x1 = r1;
+                }
+            }
+            float* out = c + static_cast<size_t>(token) * n_out + o;
+            out[0] = x0;
+            out[1] = x1;
+            if (o >= q_dim) {
+                const int32_t block = block_of(rope.rows, token, pos, rope.pool.block_size);
+                const size_t at = pool_offset(block, rope.layer, pos % rope.pool.block_size, rope.pool);
+                uint16_t* dst = is_v ? rope.pool.v + at + (o - q_dim - kv_dim) : rope.pool.k + at + (o - q_dim);
+                dst[0] = from_f32<kBf16>(x0);
+                dst[1] = from_f32<kBf16>(x1);
+            }
+        }
     } else {
         for (int e = threadIdx.x; e < kMmaRows * m_rows; e += blockDim.x) {
             const int r = e % kMmaRows, token = e / kMmaRows;
@@ -482,27 +535,27 @@ __global__ void __launch_bounds__(kMmaWarps * kWarp)
     }
 }
 
-template <bool kBf16, bool kSwiglu, int kWarps>
-void launch_gemv_mma_warps(const uint4* a8, const uint4* w8, float* c, uint16_t* half_out, int32_t m_rows, int32_t n_out, int32_t k,
-                           float beta, cudaStream_t stream) {
-    const int32_t per_block = kSwiglu ? kMmaRows / 2 : kMmaRows;
+template <bool kBf16, int kStore, int kWarps>
+void launch_gemv_mma_warps(const uint4* a8, const uint4* w8, float* c, uint16_t* half_out, const RopeStore& rope, int32_t m_rows,
+                           int32_t n_out, int32_t k, float beta, cudaStream_t stream) {
+    const int32_t per_block = kStore == kStoreSwiglu ? kMmaRows / 2 : kMmaRows;
     const unsigned blocks = static_cast<unsigned>((n_out + per_block - 1) / per_block);
     if (m_rows <= 8) {
-        gemv_mma_kernel<kBf16, 1, kSwiglu, kWarps><<<blocks, kWarps * kWarp, 0, stream>>>(a8, w8, c, half_out, m_rows, n_out, k / 8, beta);
+        gemv_mma_kernel<kBf16, 1, kStore, kWarps><<<blocks, kWarps * kWarp, 0, stream>>>(a8, w8, c, half_out, rope, m_rows, n_out, k / 8, beta);
     } else {
-        gemv_mma_kernel<kBf16, 2, kSwiglu, kWarps><<<blocks, kWarps * kWarp, 0, stream>>>(a8, w8, c, half_out, m_rows, n_out, k / 8, beta);
+        gemv_mma_kernel<kBf16, 2, kStore, kWarps><<<blocks, kWarps * kWarp, 0, stream>>>(a8, w8, c, half_out, rope, m_rows, n_out, k / 8, beta);
     }
 }
 
-template <bool kBf16, bool kSwiglu>
-void launch_gemv_mma(const uint16_t* a, const uint16_t* w, float* c, uint16_t* half_out, int32_t m_rows, int32_t n_out, int32_t k,
-                     float beta, cudaStream_t stream) {
+template <bool kBf16, int kStore>
+void launch_gemv_mma(const uint16_t* a, const uint16_t* w, float* c, uint16_t* half_out, const RopeStore& rope, int32_t m_rows,
+                     int32_t n_out, int32_t k, float beta, cudaStream_t stream) {
     const auto* a8 = reinterpret_cast<const uint4*>(a);
     const auto* w8 = reinterpret_cast<const uint4*>(w);
     if (k > kMmaLongK) {
-        launch_gemv_mma_warps<kBf16, kSwiglu, 16>(a8, w8, c, half_out, m_rows, n_out, k, beta, stream);
+        launch_gemv_mma_warps<kBf16, kStore, 16>(a8, w8, c, half_out, rope, m_rows, n_out, k, beta, stream);
     } else {
-        launch_gemv_mma_warps<kBf16, kSwiglu, 8>(a8, w8, c, half_out, m_rows, n_out, k, beta, stream);
+        launch_gemv_mma_warps<kBf16, kStore, 8>(a8, w8, c, half_out, rope, m_rows, n_out, k, beta, stream);
     }
 }
 
@@ -617,9 +670,9 @@ void launch_gemv(const uint16_t* a, const uint16_t* w, HalfType type, float* c, 
     if (n_out <= 0) return;
     require_gemv_fits("gemv", a, w, m_rows, k);
     if (type == HalfType::BF16) {
-        launch_gemv_mma<true, false>(a, w, c, nullptr, m_rows, n_out, k, beta, stream);
+        launch_gemv_mma<true, kStorePlain>(a, w, c, nullptr, RopeStore{}, m_rows, n_out, k, beta, stream);
     } else {
-        launch_gemv_mma<false, false>(a, w, c, nullptr, m_rows, n_out, k, beta, stream);
+        launch_gemv_mma<false, kStorePlain>(a, w, c, nullptr, RopeStore{}, m_rows, n_out, k, beta, stream);
     }
     SPECD_CUDA_CHECK_LAUNCH();
 }
@@ -629,13 +682,31 @@ void launch_gemv_swiglu(const uint16_t* a, const uint16_t* w_gate_up, HalfType t
     if (ffn <= 0) return;
     require_gemv_fits("gemv_swiglu", a, w_gate_up, m_rows, k);
     if (type == HalfType::BF16) {
-        launch_gemv_mma<true, true>(a, w_gate_up, nullptr, out, m_rows, ffn, k, 0.0f, stream);
+        launch_gemv_mma<true, kStoreSwiglu>(a, w_gate_up, nullptr, out, RopeStore{}, m_rows, ffn, k, 0.0f, stream);
     } else {
-        launch_gemv_mma<false, true>(a, w_gate_up, nullptr, out, m_rows, ffn, k, 0.0f, stream);
+        launch_gemv_mma<false, kStoreSwiglu>(a, w_gate_up, nullptr, out, RopeStore{}, m_rows, ffn, k, 0.0f, stream);
     }
     SPECD_CUDA_CHECK_LAUNCH();
 }
 
+void launch_gemv_qkv_rope(const uint16_t* a, const uint16_t* wqkv, float* qkv, int32_t qkv_ld, int32_t k, const RowsView& rows,
+                          const HeadShape& heads, const float* rope_cos, const float* rope_sin, const KvPoolView& pool,
+                          int32_t layer, cudaStream_t stream) {
+    if (rows.n_rows <= 0) return;
+    require_gemv_fits("gemv_qkv_rope", a, wqkv, rows.n_rows, k);
+    if (heads.head_dim % 2 != 0 || qkv_ld != (heads.n_heads + 2 * heads.n_kv_heads) * heads.head_dim ||
+        pool.kv_dim != heads.n_kv_heads * heads.head_dim) {
+        throw Error("gemv_qkv_rope: qkv rows of " + std::to_string(qkv_ld) + " do not match " + std::to_string(heads.n_heads) +
+                    " + 2 x " + std::to_string(heads.n_kv_heads) + " heads of " + std::to_string(heads.head_dim));
+    }
+    const RopeStore rope{rows, heads, rope_cos, rope_sin, pool, layer};
+    if (pool.type == HalfType::BF16) {
+        launch_gemv_mma<true, kStoreRope>(a, wqkv, qkv, nullptr, rope, rows.n_rows, qkv_ld, k, 0.0f, stream);
+    } else {
+        launch_gemv_mma<false, kStoreRope>(a, wqkv, qkv, nullptr, rope, rows.n_rows, qkv_ld, k, 0.0f, stream);
+    }
+    SPECD_CUDA_CHECK_LAUNCH();
+}
 
 void launch_argmax_rows(const float* logits, int32_t n_rows, int32_t n_vocab, int32_t* out, cudaStream_t stream) {
     if (n_rows <= 0) return;

@@ -95,6 +95,15 @@ void launch_gemv(const uint16_t* a, const uint16_t* w, HalfType type, float* c, 
 void launch_gemv_swiglu(const uint16_t* a, const uint16_t* w_gate_up, HalfType type, int32_t m_rows, int32_t ffn, int32_t k,
                         uint16_t* out, cudaStream_t stream);
 
+// qkv (rows.n_rows, qkv_ld) f32 = a (n_rows, k) · wqkv (qkv_ld, k)^T, then
+// launch_rope_store_kv's work in the same kernel: q and k rotated in qkv, k
+// and v stored into the pool (of the weights' 16-bit type, pool.type) at
+// `layer`. Throws gpu::Error unless gemv_fits(a, wqkv, rows.n_rows, k) and
+// qkv_ld = (n_heads + 2 * n_kv_heads) * head_dim.
+void launch_gemv_qkv_rope(const uint16_t* a, const uint16_t* wqkv, float* qkv, int32_t qkv_ld, int32_t k, const RowsView& rows,
+                          const HeadShape& heads, const float* rope_cos, const float* rope_sin, const KvPoolView& pool,
+                          int32_t layer, cudaStream_t stream);
+
 // ---- sampling helpers: only tokens and the needed probabilities go back to the host.
 
 // out (n_rows) = argmax of each logits row (n_rows, n_vocab); the lowest id on ties (as the CPU sampler).

@@ -237,9 +237,10 @@ void print_step_breakdown(const DeviceModel& w, int32_t m, int32_t context, cons
     const double h = 2.0;
     const std::vector<Part> parts = {
         {"rms_norm", 2 * hp.n_layers + 1, 0, [&] { launch_rms_norm_to_half(x.as<float>(), L.attn_norm.as<float>(), nullptr, m, dim, hp.rms_eps, ht, act.as<uint16_t>(), s); }},
-        {"wqkv (gemv)", hp.n_layers, h * qkv_ld * dim, [&] { launch_gemv(act.as<uint16_t>(), L.wqkv.as<uint16_t>(), ht, qkv.as<float>(), m, qkv_ld, dim, 0.0f, s); }},
+        {"wqkv + RoPE + K/V stores (gemv_qkv_rope)", hp.n_layers, h * qkv_ld * dim, [&] { launch_gemv_qkv_rope(act.as<uint16_t>(), L.wqkv.as<uint16_t>(), qkv.as<float>(), qkv_ld, dim, rows, heads, w.rope_cos(), w.rope_sin(), pool, 0, s); }},
+        {"wqkv (gemv)", 0, h * qkv_ld * dim, [&] { launch_gemv(act.as<uint16_t>(), L.wqkv.as<uint16_t>(), ht, qkv.as<float>(), m, qkv_ld, dim, 0.0f, s); }},
         {"wqkv (cuBLAS)", 0, h * qkv_ld * dim, [&] { blas(L.wqkv.as<uint16_t>(), qkv.as<float>(), qkv_ld, dim, 0.0f); }},
-        {"rope_store_kv", hp.n_layers, 0, [&] { launch_rope_store_kv(qkv.as<float>(), qkv_ld, rows, heads, w.rope_cos(), w.rope_sin(), pool, 0, s); }},
+        {"rope_store_kv (unfused)", 0, 0, [&] { launch_rope_store_kv(qkv.as<float>(), qkv_ld, rows, heads, w.rope_cos(), w.rope_sin(), pool, 0, s); }},
         {"paged_attention", hp.n_layers, 0, [&] { launch_paged_attention(qkv.as<float>(), qkv_ld, rows, heads, pool, 0, context, ht, act.as<uint16_t>(), s); }},
         {"wo (gemv)", hp.n_layers, h * dim * dim, [&] { launch_gemv(act.as<uint16_t>(), L.wo.as<uint16_t>(), ht, x.as<float>(), m, dim, dim, 1.0f, s); }},
         {"wo (cuBLAS)", 0, h * dim * dim, [&] { blas(L.wo.as<uint16_t>(), x.as<float>(), dim, dim, 1.0f); }},

@@ -9,6 +9,7 @@
 #include <numeric>
 #include <random>
 #include <thread>
+#include <tuple>
 
 #include "engine/batch_verifier.h"
 #include "engine/forward.h"
@@ -428,6 +429,64 @@ void check_gemv(const Context&, std::ostream& log) {
     });
 }
 
+void check_qkv_rope(const Context&, std::ostream& log) {
+    // launch_gemv_qkv_rope against its two halves: launch_gemv, then
+    // launch_rope_store_kv, on PagedSetup's 7 rows (a verification, a decode,
+    // a long context), full and partial RoPE (rope_half 8 and 6 of 8 pairs).
+    for_each_half_type([&](HalfType t) {
+        for (const int32_t rope_half : {8, 6}) {
+            PagedSetup ps;
+            ps.g.heads.rope_half = rope_half;
+            const Geometry& g = ps.g;
+            LlamaHparams hp;
+            hp.head_dim = g.heads.head_dim;
+            hp.rope_dim = 2 * rope_half;
+            hp.rope_freq_base = 10000.0f;
+            std::vector<float> cos_t, sin_t;
+            rope_tables(hp, g.n_ctx, cos_t, sin_t);
+            const int32_t m = ps.layout.n_rows, k = 288;
+            const std::vector<uint16_t> a = to_half(random_floats(static_cast<size_t>(m * k), 21), t);
+            const std::vector<uint16_t> w = to_half(random_floats(static_cast<size_t>(g.qkv_ld() * k), 22, -0.2f, 0.2f), t);
+            const size_t pool_elems = static_cast<size_t>(ps.kv.shape().n_blocks) * g.n_layers * g.block_size * g.kv_dim();
+            const std::vector<uint16_t> pool0 = to_half(random_floats(pool_elems, 23), t);  // what the rows do not overwrite must stay
+            DeviceBuffer d_a = to_device(a), d_w = to_device(w), d_cos = to_device(cos_t), d_sin = to_device(sin_t),
+                         d_packed = to_device(ps.layout.packed);
+            DeviceBuffer d_qkv_u(static_cast<size_t>(m * g.qkv_ld()) * sizeof(float)), d_qkv_f(d_qkv_u.bytes());
+            DeviceBuffer d_k_u = to_device(pool0), d_v_u = to_device(pool0), d_k_f = to_device(pool0), d_v_f = to_device(pool0);
+            const KvPoolView pool_u{d_k_u.as<uint16_t>(), d_v_u.as<uint16_t>(), t, g.n_layers, g.block_size, g.kv_dim()};
+            const KvPoolView pool_f{d_k_f.as<uint16_t>(), d_v_f.as<uint16_t>(), t, g.n_layers, g.block_size, g.kv_dim()};
+            launch_gemv(d_a.as<uint16_t>(), d_w.as<uint16_t>(), t, d_qkv_u.as<float>(), m, g.qkv_ld(), k, 0.0f, nullptr);
+            launch_rope_store_kv(d_qkv_u.as<float>(), g.qkv_ld(), ps.rows(d_packed), g.heads, d_cos.as<float>(), d_sin.as<float>(),
+                                 pool_u, g.layer, nullptr);
+            launch_gemv_qkv_rope(d_a.as<uint16_t>(), d_w.as<uint16_t>(), d_qkv_f.as<float>(), g.qkv_ld(), k, ps.rows(d_packed), g.heads,
+                                 d_cos.as<float>(), d_sin.as<float>(), pool_f, g.layer, nullptr);
+            SPECD_CUDA_CHECK(cudaDeviceSynchronize());
+            const std::string what = std::string(half_type_name(t)) + ", rope_half " + std::to_string(rope_half);
+            const std::vector<float> qkv_u = from_device<float>(d_qkv_u, static_cast<size_t>(m * g.qkv_ld()));
+            const std::vector<float> qkv_f = from_device<float>(d_qkv_f, qkv_u.size());
+            expect_close(qkv_f, qkv_u, 1e-6f, 1e-6f, "qkv_rope q|k|v (f32) " + what, log);
+            size_t differing = 0;
+            for (size_t i = 0; i < qkv_u.size(); ++i) differing += qkv_u[i] != qkv_f[i];
+            for (const auto& [u, f, name] : {std::tuple{&d_k_u, &d_k_f, "k"}, std::tuple{&d_v_u, &d_v_f, "v"}}) {
+                const std::vector<uint16_t> got = from_device<uint16_t>(*f, pool_elems), want = from_device<uint16_t>(*u, pool_elems);
+                size_t changed = 0;
+                for (size_t i = 0; i < pool_elems; ++i) {
+                    changed += want[i] != pool0[i];
+                    if (got[i] == want[i]) continue;
+                    // A 1-ulp f32 difference can round the 16-bit value the other way; anything more is a bug.
+                    const float gv = half_to_float(got[i], t), wv = half_to_float(want[i], t);
+                    expect(std::fabs(gv - wv) <= half_tolerance(t) * std::fabs(wv) + 1e-6f,
+                           "qkv_rope " + what + ": pool " + name + " element " + std::to_string(i) + " is " + std::to_string(gv) +
+                               ", the unfused kernels store " + std::to_string(wv));
+                    ++differing;
+                }
+                expect(changed > 0, "qkv_rope " + what + ": the unfused kernels stored nothing into pool " + name);
+            }
+            log << "  qkv_rope " << what << ": " << m << " rows, " << differing << " values not bit-equal to gemv + rope_store_kv\n";
+        }
+    });
+}
+
 void check_sampling(const Context&, std::ostream& log) {
     const int32_t rows = 3, vocab = 1000, k = 5;
     std::vector<float> logits = random_floats(static_cast<size_t>(rows * vocab), 9, -5.0f, 5.0f);
@@ -824,6 +883,7 @@ const std::vector<Check>& all() {
         {"paged_attention", "paged attention (verify T=5, decode, long context, GQA) matches a CPU reference", check_paged_attention},
         {"swiglu", "SwiGLU to 16-bit matches the CPU", check_swiglu},
         {"gemv", "the small-batch GEMV (1..16 rows) matches f64 sums, each row bit-equal to it alone; fused SwiGLU = unfused", check_gemv},
+        {"qkv_rope", "the q|k|v product with RoPE and the K/V stores fused equals gemv then rope_store_kv", check_qkv_rope},
         {"sampling", "device argmax, softmax and top-k match the CPU", check_sampling},
         {"forward_logits", "full forward pass (stories15M f32/q8_0 as f16/bf16) matches the CPU logits", check_forward_logits},
         {"greedy_speculative", "greedy output with speculation on the GPU equals plain GPU greedy output", check_greedy_speculative},

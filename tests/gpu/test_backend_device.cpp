@@ -40,6 +40,7 @@ TEST_CASE("gpu kernel: RoPE and K/V stores into the paged pool match the CPU", "
 TEST_CASE("gpu kernel: paged attention matches the CPU reference", "[gpu]") { run_device_check("paged_attention"); }
 TEST_CASE("gpu kernel: SwiGLU matches the CPU", "[gpu]") { run_device_check("swiglu"); }
 TEST_CASE("gpu kernel: small-batch GEMV matches f64 sums and gives each row the bits it gets alone", "[gpu]") { run_device_check("gemv"); }
+TEST_CASE("gpu kernel: q|k|v product with RoPE and the K/V stores fused equals the two kernels", "[gpu]") { run_device_check("qkv_rope"); }
 TEST_CASE("gpu kernel: argmax, softmax and top-k match the CPU", "[gpu]") { run_device_check("sampling"); }
 TEST_CASE("gpu forward: logits match the CPU forward pass", "[gpu]") { run_device_check("forward_logits"); }
 TEST_CASE("gpu greedy: speculation on the GPU equals plain GPU decoding", "[gpu]") { run_device_check("greedy_speculative"); }
