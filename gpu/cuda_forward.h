@@ -4,7 +4,8 @@
 // accumulate) for the projections and the classifier: for steps of at most
 // kGemvMaxRows tokens (decode, verification) an own tensor-core kernel that
 // streams each weight once and gives a row the same bits whatever the batch
-// (launch_gemv; gate | up and SwiGLU fused), for larger batches cuBLAS.
+// (launch_gemv; gate | up with SwiGLU, and q | k | v with RoPE and the K/V
+// stores, fused), for larger batches cuBLAS.
 // SPECD_CUDA_GEMV=0 (or set_small_batch_gemv(false)) sends every product to
 // cuBLAS. Each instance owns one stream and one cuBLAS handle: it is one
 // "GPU compute actor". Two instances (the draft's and the verifier's) on one
