@@ -68,24 +68,22 @@ if [ $check_rc -eq 77 ]; then
 fi
 say "gpu_check exit $check_rc after $(( $(date +%s) - start )) s"
 
-# The whole-model checks again with CUDA graphs off (SPECD_CUDA_GRAPHS=0), so
-# the eager path is checked too: a failure only here or only above tells
-# which path is wrong.
-SPECD_CUDA_GRAPHS=0 timeout 120 "$build/bin/gpu_check" --models "$models" forward_logits greedy_speculative verifier_greedy \
-  >"$out/gpu_check_no_graphs.log" 2>&1
-eager_rc=$?
-cat "$out/gpu_check_no_graphs.log"
-say "gpu_check with CUDA graphs off exit $eager_rc after $(( $(date +%s) - start )) s"
-[ $check_rc -eq 0 ] && check_rc=$eager_rc
-
-# And with every matrix product through cuBLAS (SPECD_CUDA_GEMV=0), the path
-# of batches over kGemvMaxRows rows, checked here at decode sizes too.
-SPECD_CUDA_GEMV=0 timeout 120 "$build/bin/gpu_check" --models "$models" forward_logits greedy_speculative cuda_graphs \
-  >"$out/gpu_check_cublas.log" 2>&1
-cublas_rc=$?
-cat "$out/gpu_check_cublas.log"
-say "gpu_check with every product through cuBLAS exit $cublas_rc after $(( $(date +%s) - start )) s"
-[ $check_rc -eq 0 ] && check_rc=$cublas_rc
+# The whole-model checks again under another setting (VAR=VALUE), logged to
+# OUTDIR/LOG: a failure only there or only above tells which path is wrong.
+rerun_checks() {  # rerun_checks VAR=VALUE LOG WHAT CHECK...
+  local setting=$1 log=$2 what=$3
+  shift 3
+  env "$setting" timeout 120 "$build/bin/gpu_check" --models "$models" "$@" >"$out/$log" 2>&1
+  local rc=$?
+  cat "$out/$log"
+  say "gpu_check with $what exit $rc after $(( $(date +%s) - start )) s"
+  [ $check_rc -eq 0 ] && check_rc=$rc
+}
+# CUDA graphs off: the eager path.
+rerun_checks SPECD_CUDA_GRAPHS=0 gpu_check_no_graphs.log "CUDA graphs off" forward_logits greedy_speculative verifier_greedy
+# Every matrix product through cuBLAS: the path of batches over kGemvMaxRows
+# rows, checked here at decode sizes too.
+rerun_checks SPECD_CUDA_GEMV=0 gpu_check_cublas.log "every product through cuBLAS" forward_logits greedy_speculative cuda_graphs
 
 timeout 240 "$build/bin/gpu_bench" --models "$models" >"$out/gpu_bench.md" 2>&1
 bench_rc=$?
