@@ -454,6 +454,7 @@ draft_actor::behavior_type draft_fun(draft_actor::stateful_pointer<draft_state> 
         ForwardOptions fo;
         fo.max_batch_tokens = rt->config.max_step_tokens;
         fo.max_logit_rows = std::max(1, std::min(rt->config.max_step_tokens, rt->config.max_sequences));
+        fo.draft_head_tokens = rt->config.draft_vocab;
         st.fwd = rt->backends->make_draft(fo);
         st.kv = st.fwd->make_kv_cache(rt->draft_shape);
         st.batch = std::make_unique<BatchDrafter>(st.fwd.get(), st.kv.get());

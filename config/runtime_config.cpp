@@ -75,6 +75,10 @@ const std::vector<Entry>& entries() {
         add({.key = "ngram_max", .env = "SPECD_NGRAM_MAX", .flag = "--ngram-max", .help = "n-gram proposer's longest match",
              .kind = Kind::integer, .min = 1, .max = 16},
             &RuntimeConfig::ngram_max);
+        add({.key = "draft_vocab", .env = "SPECD_DRAFT_VOCAB", .flag = "--draft-vocab",
+             .help = "a CPU draft's output head: the N token ids fed most often (0: full head)", .kind = Kind::integer, .min = 0,
+             .max = 1 << 24},
+            &RuntimeConfig::draft_vocab);
         add({.key = "ctx_size", .env = "SPECD_CTX_SIZE", .flag = "-c,--ctx-size", .help = "context per request (0: the model's)",
              .kind = Kind::integer, .min = 0, .max = 1 << 20},
             &RuntimeConfig::n_ctx);

@@ -45,6 +45,9 @@ struct RuntimeConfig {
                                        //   aims at (k <= budget / requests - 1, off below 3); 0: no cap
     int32_t ngram_min = 1;             // "ngram_min" / SPECD_NGRAM_MIN: n-gram proposer's shortest match
     int32_t ngram_max = 4;             // "ngram_max" / SPECD_NGRAM_MAX: and longest
+    int32_t draft_vocab = 4096;        // "draft_vocab" / SPECD_DRAFT_VOCAB: a CPU draft model's output head covers only the
+                                       //   N token ids fed to it most often (learned as it serves; ~2x cheaper draft tokens
+                                       //   on stories15M, drafts can't propose other tokens); 0: the full head
     // ---- capacity
     int32_t n_ctx = 0;                 // "ctx_size" / SPECD_CTX_SIZE: context per request; 0: the model's training context
     int32_t max_sequences = 64;        // "max_sessions" / SPECD_MAX_SESSIONS: requests decoding at once (KV sequence slots)

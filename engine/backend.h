@@ -34,6 +34,16 @@ struct BatchItem {
 struct ForwardOptions {
     int32_t max_batch_tokens = 512;  // most tokens in one forward() call (sum over items)
     int32_t max_logit_rows = 256;    // most logit rows one call may return
+    // For a draft model only (CPU backend; others ignore it): 0 = the full
+    // output head. N > 0 = after kDraftHeadWarmupTokens tokens have been fed,
+    // logits are computed only for the N token ids fed
+    // most often so far (ties: lower id first), and are -inf for every other
+    // id. The head is the largest matrix of a small model (stories15M: 61%
+    // of a token's multiply-adds), so a draft token gets ~2x cheaper; the
+    // drafts can then never propose a rare token, which the verifier
+    // rejects as any wrong draft (Zhao et al. 2025, FR-Spec). Never set it
+    // on a target: its output would no longer be the model's.
+    int32_t draft_head_tokens = 0;
 };
 
 class ForwardBackend {

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
+#include <cstring>
+#include <functional>
 #include <string>
 
 #include "engine/batch_check.h"
@@ -91,6 +93,54 @@ ForwardPass::ForwardPass(const LlamaModel& model, ThreadPool& pool, ForwardOptio
     in_ffn_.reserve(rows, hp.dim);
     in_down_.reserve(rows, hp.ffn_dim);
     in_cls_.reserve(options_.max_logit_rows, hp.dim);
+    if (options_.draft_head_tokens < 0) throw Error("forward: draft_head_tokens must be 0 (full head) or positive");
+    if (options_.draft_head_tokens > 0 && options_.draft_head_tokens < hp.n_vocab) {
+        token_fed_count_.assign(static_cast<size_t>(hp.n_vocab), 0);
+        in_head_.assign(static_cast<size_t>(hp.n_vocab), 0);
+    }
+}
+
+void ForwardPass::observe_tokens() {
+    if (token_fed_count_.empty()) return;
+    for (int32_t m = 0; m < n_rows_; ++m) {
+        const size_t id = static_cast<size_t>(row_token_[static_cast<size_t>(m)]);
+        ++token_fed_count_[id];
+        missed_since_rebuild_ += in_head_[id] == 0;
+    }
+    tokens_fed_ += n_rows_;
+    fed_since_rebuild_ += n_rows_;
+    const bool due = draft_head_active()
+                         ? missed_since_rebuild_ >= kDraftHeadMissBurst ||
+                               (missed_since_rebuild_ > 0 && fed_since_rebuild_ >= kDraftHeadRebuildEvery)
+                         : tokens_fed_ >= kDraftHeadWarmupTokens;
+    if (due) rebuild_draft_head();
+}
+
+void ForwardPass::rebuild_draft_head() {
+    const LlamaHparams& hp = model_.hparams();
+    const int32_t V = hp.n_vocab;
+    const int32_t H = std::min(V, options_.draft_head_tokens);  // a multiple of 16 fills the kernels' tiles
+    // Rank keys: the count, then the lower id; the H largest keys are the head.
+    std::vector<uint64_t> keys(static_cast<size_t>(V));
+    for (int32_t v = 0; v < V; ++v) {
+        keys[static_cast<size_t>(v)] = uint64_t{token_fed_count_[static_cast<size_t>(v)]} << 32 | (0xffffffffu - static_cast<uint32_t>(v));
+    }
+    std::nth_element(keys.begin(), keys.begin() + (H - 1), keys.end(), std::greater<>());
+    std::vector<int32_t> ids(static_cast<size_t>(H));
+    for (int32_t h = 0; h < H; ++h) ids[static_cast<size_t>(h)] = static_cast<int32_t>(0xffffffffu - static_cast<uint32_t>(keys[static_cast<size_t>(h)]));
+    std::sort(ids.begin(), ids.end());  // ascending, so that ties in the argmax keep the lowest id
+    std::fill(in_head_.begin(), in_head_.end(), 0);
+    for (int32_t id : ids) in_head_[static_cast<size_t>(id)] = 1;
+    fed_since_rebuild_ = 0;
+    missed_since_rebuild_ = 0;
+    const WeightMatrix& cls = model_.classifier();
+    const size_t row_bytes = cls.row_bytes();
+    head_rows_.resize(static_cast<size_t>(H) * row_bytes);
+    for (int32_t h = 0; h < H; ++h) {
+        std::memcpy(&head_rows_[static_cast<size_t>(h) * row_bytes], cls.row(ids[static_cast<size_t>(h)]), row_bytes);
+    }
+    head_logits_.resize(static_cast<size_t>(options_.max_logit_rows) * static_cast<size_t>(H));
+    head_ids_ = std::move(ids);
 }
 
 std::unique_ptr<PagedKvCache> ForwardPass::make_kv_cache(const KvCacheShape& shape) {
@@ -100,6 +150,15 @@ std::unique_ptr<PagedKvCache> ForwardPass::make_kv_cache(const KvCacheShape& sha
 std::span<const float> ForwardPass::forward(PagedKvCache& kv, std::span<const BatchItem> items) {
     want_argmax_ = false;
     const int32_t r = run(kv, items);
+    if (draft_head_active()) {
+        // The head's logits into their columns; every other id -inf.
+        const size_t V = static_cast<size_t>(model_.hparams().n_vocab), H = head_ids_.size();
+        for (size_t o = 0; o < static_cast<size_t>(r); ++o) {
+            float* row = &logits_[o * V];
+            std::fill(row, row + V, -INFINITY);
+            for (size_t h = 0; h < H; ++h) row[static_cast<size_t>(head_ids_[h])] = head_logits_[o * H + h];
+        }
+    }
     return {logits_.data(), static_cast<size_t>(r) * static_cast<size_t>(model_.hparams().n_vocab)};
 }
 
@@ -143,6 +202,7 @@ int32_t ForwardPass::run(PagedKvCache& kv, std::span<const BatchItem> items) {
     n_rows_ = m;
     n_out_ = r;
     if (m == 0) return 0;
+    observe_tokens();
 
     in_attn_.set_shape(model_.layers()[0].wq.type, m, hp.dim);
     in_wo_.set_shape(model_.layers()[0].wo.type, m, hp.dim);
@@ -254,20 +314,26 @@ void ForwardPass::run_layers(int ith, int nth, PagedKvCache& kv) {
     in_cls_.prepare_rows(isa_, xout_.data(), dim, static_cast<int>(out_rows.begin), static_cast<int>(out_rows.end));
     pool_.barrier();
     const WeightMatrix& cls = model_.classifier();
-    const Range vocab_range = split_range(vocab, ith, nth, kMatmulRowAlign);
+    // The draft head, when built, replaces the classifier's rows by its own
+    // (ids head_ids_) and writes head_logits_ (R, H) instead of logits_.
+    const bool head = draft_head_active();
+    const int64_t n_cols = head ? static_cast<int64_t>(head_ids_.size()) : vocab;
+    const void* cls_rows = head ? static_cast<const void*>(head_rows_.data()) : cls.data;
+    float* out = head ? head_logits_.data() : logits_.data();
+    const Range vocab_range = split_range(n_cols, ith, nth, kMatmulRowAlign);
     if (vocab_range.begin < vocab_range.end) {
-        matmul(isa_, cls.type, cls.data, in_cls_, logits_.data(), vocab, vocab_range.begin, vocab_range.end);
+        matmul(isa_, cls.type, cls_rows, in_cls_, out, n_cols, vocab_range.begin, vocab_range.end);
     }
     if (want_argmax_) {
         // As the sampler's greedy pick: NaN never compares greater and -inf
         // never beats the start, so both are skipped; +inf counts as
-        // FLT_MAX; ties keep the lowest id.
+        // FLT_MAX; ties keep the lowest id (head_ids_ ascend).
         for (int64_t o = 0; o < n_out_; ++o) {
-            const float* row = &logits_[o * vocab];
+            const float* row = &out[o * n_cols];
             ArgmaxPart best{-INFINITY, -1};
             for (int64_t n = vocab_range.begin; n < vocab_range.end; ++n) {
                 const float logit = std::min(row[n], FLT_MAX);  // NaN stays NaN
-                if (logit > best.logit) best = {logit, static_cast<int32_t>(n)};
+                if (logit > best.logit) best = {logit, head ? head_ids_[static_cast<size_t>(n)] : static_cast<int32_t>(n)};
             }
             argmax_parts_[static_cast<size_t>(ith) * static_cast<size_t>(options_.max_logit_rows) + static_cast<size_t>(o)] = best;
         }

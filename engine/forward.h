@@ -47,6 +47,11 @@ private:
     int32_t run(PagedKvCache& kv, std::span<const BatchItem> items);
     void run_layers(int ith, int nth, PagedKvCache& kv);
     void attention(int ith, int nth, PagedKvCache& kv, int32_t layer);
+    // options_.draft_head_tokens: counts the batch's tokens and rebuilds the
+    // draft head when the count passes next_head_rebuild_.
+    void observe_tokens();
+    void rebuild_draft_head();
+    bool draft_head_active() const { return !head_ids_.empty(); }
 
     const LlamaModel& model_;
     ThreadPool& pool_;
@@ -81,7 +86,26 @@ private:
     std::vector<float> rope_cos_;  // (n_ctx, rope_dim/2)
     std::vector<float> rope_sin_;  // (n_ctx, rope_dim/2)
     PreparedInput in_attn_, in_wo_, in_ffn_, in_down_, in_cls_;
+
+    // The draft head (options_.draft_head_tokens > 0), H = its row count.
+    std::vector<uint32_t> token_fed_count_;   // (n_vocab) times each id was fed
+    std::vector<unsigned char> in_head_;      // (n_vocab) 1 = a row of the head
+    int64_t tokens_fed_ = 0;
+    int64_t fed_since_rebuild_ = 0;
+    int64_t missed_since_rebuild_ = 0;        // tokens fed since the last rebuild that the head lacks
+    std::vector<int32_t> head_ids_;           // (H) ids of the head's rows, ascending; empty = full head
+    std::vector<unsigned char> head_rows_;    // (H, classifier row bytes) those rows of the classifier
+    std::vector<float> head_logits_;          // (R, H) the head's logits before the scatter into logits_
 };
+
+// The draft head (ForwardOptions::draft_head_tokens) is first built after
+// kDraftHeadWarmupTokens tokens have been fed. It is rebuilt when tokens it
+// lacks are fed: at once when kDraftHeadMissBurst of them came since the
+// last rebuild (a prompt with new words), else after kDraftHeadRebuildEvery
+// tokens (a rebuild ranks the whole vocabulary, ~0.1-0.3 ms).
+constexpr int64_t kDraftHeadWarmupTokens = 1024;
+constexpr int64_t kDraftHeadMissBurst = 16;
+constexpr int64_t kDraftHeadRebuildEvery = 256;
 
 // Splits of an output dimension across threads are aligned to this many rows
 // so each thread's kernel sees whole register tiles.

@@ -53,9 +53,17 @@ void check_vocab_compatible(const LlamaModel& target, const LlamaModel& draft) {
     }
 }
 
+namespace {
+ForwardOptions draft_options(int32_t draft_head_tokens) {
+    ForwardOptions o;
+    o.draft_head_tokens = draft_head_tokens;
+    return o;
+}
+}  // namespace
+
 DraftModelProposer::DraftModelProposer(const LlamaModel& target, const LlamaModel& draft, ThreadPool& pool,
-                                       int32_t n_ctx)
-    : DraftModelProposer(target, std::make_unique<ForwardPass>(draft, pool), n_ctx) {}
+                                       int32_t n_ctx, int32_t draft_head_tokens)
+    : DraftModelProposer(target, std::make_unique<ForwardPass>(draft, pool, draft_options(draft_head_tokens)), n_ctx) {}
 
 DraftModelProposer::DraftModelProposer(const LlamaModel& target, std::unique_ptr<ForwardBackend> draft_backend,
                                        int32_t n_ctx)

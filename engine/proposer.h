@@ -74,7 +74,10 @@ void check_vocab_compatible(const LlamaModel& target, const LlamaModel& draft);
 class DraftModelProposer : public Proposer {
 public:
     // `n_ctx`: the request's context size (the draft's cache holds one sequence of it).
-    DraftModelProposer(const LlamaModel& target, const LlamaModel& draft, ThreadPool& pool, int32_t n_ctx);
+    // `draft_head_tokens`: ForwardOptions::draft_head_tokens of the draft's
+    // CPU pass (0 = full output head).
+    DraftModelProposer(const LlamaModel& target, const LlamaModel& draft, ThreadPool& pool, int32_t n_ctx,
+                       int32_t draft_head_tokens = 0);
     // The draft runs on `draft_backend` (any backend, e.g. a GPU one) whose
     // model() is the draft.
     DraftModelProposer(const LlamaModel& target, std::unique_ptr<ForwardBackend> draft_backend, int32_t n_ctx);

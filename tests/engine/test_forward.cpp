@@ -189,3 +189,75 @@ TEST_CASE("forward: bad batches are refused with a clear error and leave the cac
                           {a, std::span<const int32_t>(thirty).subspan(0, 1), false}};
     CHECK_THROWS_WITH(fwd.forward(kv, twice), Catch::Contains("twice in one batch"));
 }
+
+// ------------------------------------------------------------ draft head ---
+
+TEST_CASE("draft head: after the warm-up the head's ids carry the full head's logits, every other id -inf, and a "
+          "burst of new tokens joins the head at once",
+          "[forward][draft-head]") {
+    auto model = load("stories15M-q8_0.gguf");
+    ThreadPool pool(2);
+    ForwardOptions headed_options;
+    headed_options.draft_head_tokens = 200;  // more than the distinct ids of kTokens, fewer than a story's
+    ForwardPass headed(*model, pool, headed_options), full(*model, pool);
+    const int32_t n_ctx = model->hparams().n_ctx_train;
+    PagedKvCache kv_headed(headed.kv_shape(n_ctx, 3)), kv_full(full.kv_shape(n_ctx, 1));
+    const size_t V = static_cast<size_t>(full.n_vocab());
+
+    // Before the warm-up: the full head. Then kTokens, as sequences of their
+    // own, until kDraftHeadWarmupTokens tokens have gone through.
+    int64_t fed = 0;
+    while (fed < kDraftHeadWarmupTokens) {
+        const int32_t s = kv_headed.create_sequence();
+        const std::vector<float> h = forward_one(headed, kv_headed, s, kTokens, false);
+        kv_headed.free_sequence(s);
+        if (fed == 0) {
+            const int32_t sf = kv_full.create_sequence();
+            CHECK(h == forward_one(full, kv_full, sf, kTokens, false));
+            kv_full.free_sequence(sf);
+        }
+        fed += static_cast<int64_t>(kTokens.size());
+    }
+    const int32_t s_headed = kv_headed.create_sequence(), s_full = kv_full.create_sequence();
+    forward_one(headed, kv_headed, s_headed, kTokens, false);
+    forward_one(full, kv_full, s_full, kTokens, false);
+    const std::vector<int32_t> next = {263};
+    const std::vector<float> h = forward_one(headed, kv_headed, s_headed, next, false);
+    const std::vector<float> f = forward_one(full, kv_full, s_full, next, false);
+    size_t finite = 0;
+    for (size_t v = 0; v < V; ++v) {
+        if (std::isfinite(h[v])) {
+            ++finite;
+            CHECK(h[v] == f[v]);  // the same rows through the same kernel
+        } else {
+            CHECK(h[v] == -INFINITY);
+        }
+    }
+    CHECK(finite == 200);
+    for (int32_t id : kTokens) CHECK(std::isfinite(h[static_cast<size_t>(id)]));  // the fed ids are in the head
+    // Unfed ids fill the rest, lowest first.
+    CHECK(std::isfinite(h[0]));
+    CHECK(!std::isfinite(h[V - 1]));
+
+    // forward_greedy: the argmax over the head, equal to forward()'s.
+    int32_t g = -1;
+    const int32_t g_seq = kv_headed.create_sequence();
+    const int32_t g_ref = kv_headed.create_sequence();
+    const std::vector<float> ref = forward_one(headed, kv_headed, g_ref, kTokens, false);
+    BatchItem item;
+    item.seq = g_seq;
+    item.tokens = kTokens;
+    REQUIRE(headed.forward_greedy(kv_headed, std::span<const BatchItem>(&item, 1), std::span<int32_t>(&g, 1)));
+    CHECK(g == argmax(ref.data(), V));
+
+    // A burst of kDraftHeadMissBurst ids never fed joins the head in the call that feeds them.
+    std::vector<int32_t> fresh;
+    for (int32_t id = 20000; id < 20000 + static_cast<int32_t>(kDraftHeadMissBurst); ++id) fresh.push_back(id);
+    const std::vector<float> after = forward_one(headed, kv_headed, s_headed, fresh, false);
+    for (int32_t id : fresh) CHECK(std::isfinite(after[static_cast<size_t>(id)]));
+    for (int32_t id : kTokens) CHECK(std::isfinite(after[static_cast<size_t>(id)]));
+
+    ForwardOptions bad;
+    bad.draft_head_tokens = -1;
+    CHECK_THROWS_WITH(ForwardPass(*model, pool, bad), Catch::Contains("draft_head_tokens"));
+}

@@ -141,16 +141,27 @@ TEST_CASE("greedy speculative output is token-identical to plain decoding for ev
         PlainDecoder plain(fwd, kv);
         DraftModelProposer q4(*target, *draft_q4, pool, n_ctx);
         DraftModelProposer q8(*target, *draft_q8, pool, n_ctx);
+        // A draft head of 64 ids (ForwardOptions::draft_head_tokens): after
+        // its warm-up, drafts miss every other token, so rejections abound.
+        DraftModelProposer q8_head(*target, *draft_q8, pool, n_ctx, 64);
         NgramProposer ngram(1, 4);
         GenerationParams gp;
         gp.max_tokens = 60;
         gp.sampling.temperature = 0.0f;
+        {
+            SpeculativeDecoder warm(fwd, kv, &q8_head);
+            SpeculativeParams sp;
+            sp.adaptive = false;
+            for (int i = 0; i < 8; ++i) warm.generate(target->tokenizer().encode(prompts[0], true), gp, sp);  // ~1200 tokens fed
+        }
         for (size_t pi = 0; pi < prompts.size(); ++pi) {
             const auto ids = target->tokenizer().encode(prompts[pi], true);
             const GenerationResult reference = plain.generate(ids, gp);
-            for (Proposer* proposer : {static_cast<Proposer*>(&q4), static_cast<Proposer*>(&q8), static_cast<Proposer*>(&ngram)}) {
+            for (Proposer* proposer : {static_cast<Proposer*>(&q4), static_cast<Proposer*>(&q8), static_cast<Proposer*>(&q8_head),
+                                       static_cast<Proposer*>(&ngram)}) {
                 for (int32_t k : {1, 2, 4, 8, 16}) {
-                    if (proposer == &q8 && pi % 2) continue;  // keep the suite fast: q8 on half the prompts
+                    // Keep the suite fast: q8 and its head on half the prompts each.
+                    if ((proposer == &q8 && pi % 2) || (proposer == &q8_head && pi % 2 == 0)) continue;
                     SpeculativeDecoder spec(fwd, kv, proposer);
                     SpeculativeParams sp;
                     sp.draft_max = k;
@@ -186,6 +197,37 @@ TEST_CASE("greedy: the q8_0 self-draft is accepted almost always, the q4_0 less,
     size_t drafted = 0;
     for (bool b : r.from_draft) drafted += b;
     CHECK(static_cast<int64_t>(drafted) == r.stats.n_accepted);
+}
+
+TEST_CASE("greedy: a draft head lacking the target's tokens costs acceptance, never a token", "[spec][greedy][draft-head]") {
+    auto target = load("stories15M-f32.gguf");
+    auto draft_q8 = load("stories15M-q8_0.gguf");
+    ThreadPool pool(2);
+    ForwardPass fwd(*target, pool);
+    const int32_t n_ctx = target->hparams().n_ctx_train;
+    PagedKvCache kv(fwd.kv_shape(n_ctx, 1));
+    DraftModelProposer full(*target, *draft_q8, pool, n_ctx);
+    DraftModelProposer headed(*target, *draft_q8, pool, n_ctx, 16);  // fewer ids than one story uses
+    GenerationParams gp;
+    gp.max_tokens = 80;
+    gp.stop_at_eos = false;
+    gp.sampling.temperature = 0.0f;
+    SpeculativeParams sp;
+    sp.adaptive = false;
+    SpeculativeDecoder warm(fwd, kv, &headed);
+    for (int i = 0; i < 12; ++i) warm.generate(target->tokenizer().encode("Lily and Ben went to the park.", true), gp, sp);
+
+    const auto ids = target->tokenizer().encode("Once upon a time", true);
+    const GenerationResult reference = PlainDecoder(fwd, kv).generate(ids, gp);
+    SpeculativeDecoder with_full(fwd, kv, &full), with_head(fwd, kv, &headed);
+    const SpeculativeResult a = with_full.generate(ids, gp, sp);
+    const SpeculativeResult b = with_head.generate(ids, gp, sp);
+    CHECK(a.tokens == reference.tokens);
+    CHECK(b.tokens == reference.tokens);
+    INFO("acceptance: full head " << a.stats.acceptance_rate() << ", 16-id head " << b.stats.acceptance_rate());
+    CHECK(b.stats.n_accepted < b.stats.n_drafted);
+    CHECK(b.stats.acceptance_rate() < a.stats.acceptance_rate() - 0.2);
+    CHECK(kv.used_blocks() == 0);
 }
 
 // --------------------------------------------------- sampling: statistics ---
@@ -229,9 +271,12 @@ TEST_CASE("sampled speculative output follows the target distribution (chi-squar
         }
 
         DraftModelProposer proposer(*target, *draft, pool, 32);
+        // A draft head of 4 of the 8 ids: its q is 0 on the others, which
+        // the target still samples (after the warm-up: the first ~170 runs).
+        DraftModelProposer headed(*target, *draft, pool, 32, 4);
         NgramProposer ngram(1, 2);
         const int64_t n = 12000;
-        for (Proposer* p : {static_cast<Proposer*>(&proposer), static_cast<Proposer*>(&ngram)}) {
+        for (Proposer* p : {static_cast<Proposer*>(&proposer), static_cast<Proposer*>(&headed), static_cast<Proposer*>(&ngram)}) {
             SpeculativeDecoder spec(fwd, kv, p);
             std::map<int64_t, int64_t> observed;
             int64_t drafted = 0;

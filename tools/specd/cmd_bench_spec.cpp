@@ -56,6 +56,7 @@ const std::vector<PromptSet>& prompt_sets() {
 struct BenchSpecOptions {
     std::string target;
     std::vector<std::string> drafts;
+    std::vector<int32_t> draft_vocab{0};  // draft head sizes to compare (0 = full head)
     bool ngram = true;
     std::vector<int32_t> draft_max{2, 4, 8, 16};
     std::vector<float> temps{0.0f, 0.8f};
@@ -142,16 +143,19 @@ void run_bench_spec(const BenchSpecOptions& o) {
 
     struct NamedProposer {
         std::string name;
-        std::unique_ptr<LlamaModel> model;
+        std::shared_ptr<LlamaModel> model;  // shared by the head sizes of one draft
         std::unique_ptr<Proposer> proposer;
     };
     std::vector<NamedProposer> proposers;
     for (const std::string& d : o.drafts) {
-        NamedProposer p;
-        p.model = LlamaModel::load(d);
-        p.proposer = std::make_unique<DraftModelProposer>(*target, *p.model, pool, n_ctx);
-        p.name = p.proposer->name();
-        proposers.push_back(std::move(p));
+        std::shared_ptr<LlamaModel> model = LlamaModel::load(d);
+        for (int32_t head : o.draft_vocab) {
+            NamedProposer p;
+            p.model = model;
+            p.proposer = std::make_unique<DraftModelProposer>(*target, *model, pool, n_ctx, head);
+            p.name = p.proposer->name() + (head > 0 ? " head " + std::to_string(head) : "");
+            proposers.push_back(std::move(p));
+        }
     }
     if (o.ngram) {
         NamedProposer p;
@@ -268,6 +272,10 @@ void register_bench_spec_command(CLI::App& app) {
     CLI::App* b = app.add_subcommand("bench-spec", "speculative decoding against plain decoding on a fixed prompt set");
     b->add_option("-m,--model", o->target, "target GGUF")->required();
     b->add_option("--drafts", o->drafts, "draft model GGUF(s), comma-separated")->delimiter(',');
+    b->add_option("--draft-vocab", o->draft_vocab,
+                  "draft head sizes to compare, comma-separated (0 = full head; N = the N most frequent tokens)")
+        ->delimiter(',')
+        ->capture_default_str();
     b->add_flag("!--no-ngram", o->ngram, "leave out the n-gram proposer");
     b->add_option("--draft-max", o->draft_max, "draft lengths to sweep")->delimiter(',')->capture_default_str();
     b->add_option("--temps", o->temps, "temperatures")->delimiter(',')->capture_default_str();

@@ -239,7 +239,7 @@ void run_bench_concurrency(const std::string& target, const std::string& draft, 
     ForwardPass fwd(*tm, pool);
     PagedKvCache kv(fwd.kv_shape(tm->hparams().n_ctx_train, 1));
     std::unique_ptr<Proposer> proposer;
-    if (dm) proposer = std::make_unique<DraftModelProposer>(*tm, *dm, pool, tm->hparams().n_ctx_train);
+    if (dm) proposer = std::make_unique<DraftModelProposer>(*tm, *dm, pool, tm->hparams().n_ctx_train, rc.draft_vocab);
     else proposer = std::make_unique<NgramProposer>(1, 4);
     GenerationParams gp;
     gp.max_tokens = n;

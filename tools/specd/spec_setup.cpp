@@ -29,6 +29,9 @@ void add_spec_flags(CLI::App* cmd, SpecOptions& o) {
     cmd->add_option("--draft-min", o.params.draft_min, "drafts shorter than this are not verified")->capture_default_str();
     cmd->add_option("--draft-p-min", o.params.draft_p_min, "stop drafting when the draft's top probability is below this")
         ->capture_default_str();
+    cmd->add_option("--draft-vocab", o.draft_vocab,
+                    "draft head over the N token ids fed most often (learned as it runs; CPU only); 0 = full head")
+        ->capture_default_str();
     cmd->add_flag("!--no-adaptive", o.params.adaptive, "always draft --draft-max tokens (no dynamic draft length)");
     cmd->add_option("--ngram-min", o.ngram_min, "shortest n-gram the lookup matches")->capture_default_str();
     cmd->add_option("--ngram-max", o.ngram_max, "longest n-gram the lookup matches")->capture_default_str();
@@ -74,9 +77,11 @@ SpecSetup make_spec_setup(const SpecOptions& o, const LlamaModel& target, Thread
                          s.draft_model->weight_bytes(), target.weight_bytes());
         }
         if (device) {
-            s.proposer = std::make_unique<DraftModelProposer>(target, make_backend(*device, *s.draft_model, pool), n_ctx);
+            ForwardOptions draft_options;
+            draft_options.draft_head_tokens = o.draft_vocab;  // the CPU pass's; a GPU one ignores it
+            s.proposer = std::make_unique<DraftModelProposer>(target, make_backend(*device, *s.draft_model, pool, draft_options), n_ctx);
         } else {
-            s.proposer = std::make_unique<DraftModelProposer>(target, *s.draft_model, pool, n_ctx);
+            s.proposer = std::make_unique<DraftModelProposer>(target, *s.draft_model, pool, n_ctx, o.draft_vocab);
         }
     } else if (s.kind == "ngram") {
         s.proposer = std::make_unique<NgramProposer>(o.ngram_min, o.ngram_max);

@@ -19,6 +19,7 @@ struct SpecOptions {
     std::string kind;               // none | draft | ngram ("" = draft if -md given, else none)
     int32_t ngram_min = 1;
     int32_t ngram_max = 4;
+    int32_t draft_vocab = 4096;     // --draft-vocab: ForwardOptions::draft_head_tokens of the draft (0 = full head)
     SpeculativeParams params;       // --draft-max/--draft-min/--draft-p-min, --no-adaptive
 };
 
