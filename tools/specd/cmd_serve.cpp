@@ -17,6 +17,7 @@
 #include "actors/runtime.h"
 #include "config/log.h"
 #include "engine/error.h"
+#include "engine/forward.h"
 #include "engine/generate.h"
 #include "engine/speculative.h"
 #include "net/server.h"
@@ -225,7 +226,11 @@ void run_bench_concurrency(const std::string& target, const std::string& draft, 
     rc.max_sequences = std::max(64, *std::max_element(levels.begin(), levels.end()));
     StandaloneRuntime host(rc);
     Runtime& rt = host.runtime();
-    run_load(rt, 1, 16, true);  // warm-up
+    // Warm-up. Each round feeds the draft the prompt, the accepted tokens
+    // and its drafts (> n tokens): enough rounds that its learned head
+    // (draft_vocab) is built before anything is timed, on both paths.
+    const int warm_rounds = static_cast<int>(2 * kDraftHeadWarmupTokens / std::max(16, n)) + 1;
+    for (int i = 0; i < warm_rounds; ++i) run_load(rt, 1, std::max(16, n), true);
 
     // The engine called directly at concurrency 1, for the actor layer's
     // cost: the same prompt, greedy, n tokens; one speculative decoder kept
@@ -270,7 +275,7 @@ void run_bench_concurrency(const std::string& target, const std::string& draft, 
                                 out.stats.verify_ms);
         return 1000.0 * static_cast<double>(out.tokens.size()) / ms;
     };
-    (void)run_direct(true);  // warm-up
+    for (int i = 0; i < warm_rounds; ++i) (void)run_direct(true);  // warm-up, as the runtime's above
 
     std::printf("specd bench --concurrency: %s, draft %s, %d tokens per request, greedy, median of %d runs\n\n", target.c_str(),
                 draft.empty() ? "n-gram" : draft.c_str(), n, reps);
