@@ -289,7 +289,7 @@ void ForwardPass::run_layers(int ith, int nth, PagedKvCache& kv) {
             for (int64_t t = 0; t < n_rows_; ++t) {
                 float* g = &ffn_[t * 2 * ffn];
                 const float* u = g + ffn;
-                for (int64_t n = ffn_range.begin; n < ffn_range.end; ++n) g[n] = g[n] / (1.0f + std::exp(-g[n])) * u[n];
+                silu_mul_f32(isa_, g + ffn_range.begin, u + ffn_range.begin, ffn_range.end - ffn_range.begin);
             }
         }
         pool_.barrier();
@@ -358,30 +358,21 @@ void ForwardPass::attention(int ith, int nth, PagedKvCache& kv, int32_t layer) {
         const int32_t n_blocks = kv.blocks_for(n_pos);
         const float* q = &qkv_[t * qkv_ld + static_cast<int64_t>(h) * hd];
         const int64_t kv_off = static_cast<int64_t>(h / group) * hd;
-        float max_score = -INFINITY;
+        // One kernel call per KV block and step: a call per position cost
+        // more than its 48-wide dot product (stories15M).
         for (int32_t b = 0; b < n_blocks; ++b) {
             const float* kb = kv.key_block(seq, layer, b);  // (block_size, kv_dim)
             const int32_t n = std::min(bs, n_pos - b * bs);
-            for (int32_t j = 0; j < n; ++j) {
-                const float sc = dot_f32(isa_, q, kb + static_cast<int64_t>(j) * kvd + kv_off, hd) * scale;
-                scores[b * bs + j] = sc;
-                max_score = std::max(max_score, sc);
-            }
+            dot_rows_f32(isa_, q, kb + kv_off, kvd, n, hd, scale, &scores[b * bs]);
         }
-        float sum = 0.0f;
-        for (int32_t p = 0; p < n_pos; ++p) {
-            scores[p] = std::exp(scores[p] - max_score);
-            sum += scores[p];
-        }
-        const float inv = 1.0f / sum;
+        const float max_score = *std::max_element(scores, scores + n_pos);
+        const float inv = 1.0f / exp_shift_sum_f32(isa_, scores, n_pos, max_score);
         float* out = &xb_[t * dim + static_cast<int64_t>(h) * hd];
         std::fill(out, out + hd, 0.0f);
         for (int32_t b = 0; b < n_blocks; ++b) {
             const float* vb = kv.value_block(seq, layer, b);  // (block_size, kv_dim)
             const int32_t n = std::min(bs, n_pos - b * bs);
-            for (int32_t j = 0; j < n; ++j) {
-                axpy_f32(isa_, scores[b * bs + j] * inv, vb + static_cast<int64_t>(j) * kvd + kv_off, out, hd);
-            }
+            weighted_rows_f32(isa_, &scores[b * bs], inv, vb + kv_off, kvd, n, hd, out);
         }
     }
 }

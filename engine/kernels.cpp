@@ -378,6 +378,47 @@ void axpy_f32(Isa isa, float alpha, const float* x, float* y, int64_t n) {
     for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
 }
 
+void dot_rows_f32(Isa isa, const float* q, const float* k, int64_t ldk, int32_t rows, int64_t n, float scale, float* out) {
+    switch (isa) {
+        case Isa::Avx512: kern::dot_rows_f32_avx512(q, k, ldk, rows, n, scale, out); return;
+        case Isa::Avx2: kern::dot_rows_f32_avx2(q, k, ldk, rows, n, scale, out); return;
+        case Isa::Scalar: break;
+    }
+    for (int32_t j = 0; j < rows; ++j) out[j] = dot_f32(Isa::Scalar, q, k + j * ldk, n) * scale;
+}
+
+float exp_shift_sum_f32(Isa isa, float* x, int64_t n, float shift) {
+    switch (isa) {
+        case Isa::Avx512: return kern::exp_shift_sum_f32_avx512(x, n, shift);
+        case Isa::Avx2: return kern::exp_shift_sum_f32_avx2(x, n, shift);
+        case Isa::Scalar: break;
+    }
+    float sum = 0.0f;
+    for (int64_t i = 0; i < n; ++i) {
+        x[i] = std::exp(x[i] - shift);
+        sum += x[i];
+    }
+    return sum;
+}
+
+void weighted_rows_f32(Isa isa, const float* w, float w_scale, const float* v, int64_t ldv, int32_t rows, int64_t n, float* y) {
+    switch (isa) {
+        case Isa::Avx512: kern::weighted_rows_f32_avx512(w, w_scale, v, ldv, rows, n, y); return;
+        case Isa::Avx2: kern::weighted_rows_f32_avx2(w, w_scale, v, ldv, rows, n, y); return;
+        case Isa::Scalar: break;
+    }
+    for (int32_t j = 0; j < rows; ++j) axpy_f32(Isa::Scalar, w[j] * w_scale, v + j * ldv, y, n);
+}
+
+void silu_mul_f32(Isa isa, float* g, const float* u, int64_t n) {
+    switch (isa) {
+        case Isa::Avx512: kern::silu_mul_f32_avx512(g, u, n); return;
+        case Isa::Avx2: kern::silu_mul_f32_avx2(g, u, n); return;
+        case Isa::Scalar: break;
+    }
+    for (int64_t i = 0; i < n; ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+}
+
 void dequantize_row_isa(Isa isa, TensorType type, const void* src, float* dst, int64_t n) {
     switch (isa) {
         case Isa::Avx512: kern::dequantize_row_avx512(type, src, dst, n); return;

@@ -118,6 +118,18 @@ void matmul(Isa isa, TensorType type, const void* W, const PreparedInput& x, flo
 // Small vector helpers (any n).
 float dot_f32(Isa isa, const float* a, const float* b, int64_t n);
 void axpy_f32(Isa isa, float alpha, const float* x, float* y, int64_t n);  // y += alpha*x
+// Attention over one KV block, one call per block instead of per position:
+// out[j] = scale * dot(q, k + j*ldk, n) for j < rows (q (n), k (rows, ldk)).
+void dot_rows_f32(Isa isa, const float* q, const float* k, int64_t ldk, int32_t rows, int64_t n, float scale, float* out);
+// x[j] = exp(x[j] - shift) for j < n; returns their sum. The SIMD ISAs use a
+// polynomial (relative error < 2e-7 on the softmax range x - shift <= 0)
+// instead of std::exp, lane for lane the same whatever n.
+float exp_shift_sum_f32(Isa isa, float* x, int64_t n, float shift);
+// y (n) += sum over j < rows, in order, of (w[j] * w_scale) * v[j*ldv .. +n].
+void weighted_rows_f32(Isa isa, const float* w, float w_scale, const float* v, int64_t ldv, int32_t rows, int64_t n, float* y);
+// SwiGLU's gate: g[i] = silu(g[i]) * u[i] = g[i] / (1 + exp(-g[i])) * u[i],
+// with the SIMD ISAs' polynomial exp.
+void silu_mul_f32(Isa isa, float* g, const float* u, int64_t n);
 // dst (n) f32 = row src of `type` (an embedding lookup).
 void dequantize_row_isa(Isa isa, TensorType type, const void* src, float* dst, int64_t n);
 

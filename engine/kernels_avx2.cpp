@@ -430,6 +430,100 @@ void axpy_f32_avx2(float alpha, const float* x, float* y, int64_t n) {
     for (; i < n; ++i) y[i] += alpha * x[i];
 }
 
+void dot_rows_f32_avx2(const float* q, const float* k, int64_t ldk, int32_t rows, int64_t n, float scale, float* out) {
+    for (int32_t j = 0; j < rows; ++j) out[j] = dot_f32_avx2(q, k + j * ldk, n) * scale;
+}
+
+namespace {
+
+// exp(x) for x <= 88.7, as exp16 in kernels_avx512.cpp: x = m ln2 + r, e^r
+// by a polynomial, 2^m through the exponent bits (m >= -126 after the clamp).
+inline __m256 exp8(__m256 x) {
+    x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(88.7228f)), _mm256_set1_ps(-87.3365f));
+    const __m256 m = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(m, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(m, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    // m is in [-126, 128]: 2^m as a float's exponent field (128 overflows to inf, as expf does).
+    const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(m), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
+}
+
+}  // namespace
+
+float exp_shift_sum_f32_avx2(float* x, int64_t n, float shift) {
+    const __m256 vs = _mm256_set1_ps(shift);
+    __m256 sum = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), vs));
+        _mm256_storeu_ps(x + i, e);
+        sum = _mm256_add_ps(sum, e);
+    }
+    if (i < n) {
+        // The tail through the same polynomial, padded with -inf's stand-in (exp ~ 1e-38, not summed).
+        alignas(32) float tail[8];
+        for (int t = 0; t < 8; ++t) tail[t] = i + t < n ? x[i + t] : shift - 100.0f;
+        const __m256 e = exp8(_mm256_sub_ps(_mm256_load_ps(tail), vs));
+        _mm256_store_ps(tail, e);
+        for (int64_t t = 0; i + t < n; ++t) x[i + t] = tail[t];
+        const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+        const __m256 keep = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n - i)), lane));
+        sum = _mm256_add_ps(sum, _mm256_and_ps(e, keep));
+    }
+    return hsum8(sum);
+}
+
+void silu_mul_f32_avx2(float* g, const float* u, int64_t n) {
+    const __m256 one = _mm256_set1_ps(1.0f);
+    int64_t i = 0;
+    auto silu8 = [&](__m256 x, __m256 uv) {
+        return _mm256_mul_ps(_mm256_div_ps(x, _mm256_add_ps(one, exp8(_mm256_sub_ps(_mm256_setzero_ps(), x)))), uv);
+    };
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(g + i, silu8(_mm256_loadu_ps(g + i), _mm256_loadu_ps(u + i)));
+    if (i < n) {
+        // The tail through the same lanes' arithmetic.
+        alignas(32) float gt[8] = {}, ut[8] = {};
+        for (int64_t t = 0; i + t < n; ++t) {
+            gt[t] = g[i + t];
+            ut[t] = u[i + t];
+        }
+        _mm256_store_ps(gt, silu8(_mm256_load_ps(gt), _mm256_load_ps(ut)));
+        for (int64_t t = 0; i + t < n; ++t) g[i + t] = gt[t];
+    }
+}
+
+void weighted_rows_f32_avx2(const float* w, float w_scale, const float* v, int64_t ldv, int32_t rows, int64_t n, float* y) {
+    // 32 outputs stay in registers across all rows; a scalar tail below 8.
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m256 acc[4];
+        for (int c = 0; c < 4; ++c) acc[c] = _mm256_loadu_ps(y + i + 8 * c);
+        for (int32_t j = 0; j < rows; ++j) {
+            const __m256 a = _mm256_set1_ps(w[j] * w_scale);
+            const float* vr = v + j * ldv + i;
+            for (int c = 0; c < 4; ++c) acc[c] = _mm256_fmadd_ps(a, _mm256_loadu_ps(vr + 8 * c), acc[c]);
+        }
+        for (int c = 0; c < 4; ++c) _mm256_storeu_ps(y + i + 8 * c, acc[c]);
+    }
+    for (; i + 8 <= n; i += 8) {
+        __m256 acc = _mm256_loadu_ps(y + i);
+        for (int32_t j = 0; j < rows; ++j) acc = _mm256_fmadd_ps(_mm256_set1_ps(w[j] * w_scale), _mm256_loadu_ps(v + j * ldv + i), acc);
+        _mm256_storeu_ps(y + i, acc);
+    }
+    for (; i < n; ++i) {
+        float acc = y[i];
+        for (int32_t j = 0; j < rows; ++j) acc += w[j] * w_scale * v[j * ldv + i];
+        y[i] = acc;
+    }
+}
+
 void dequantize_row_avx2(TensorType type, const void* src, float* dst, int64_t n) {
     const unsigned char* s = static_cast<const unsigned char*>(src);
     switch (type) {

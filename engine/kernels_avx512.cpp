@@ -751,6 +751,97 @@ void axpy_f32_avx512(float alpha, const float* x, float* y, int64_t n) {
     }
 }
 
+void dot_rows_f32_avx512(const float* q, const float* k, int64_t ldk, int32_t rows, int64_t n, float scale, float* out) {
+    // Eight rows at a time, one accumulator each, and one reduce8 for the
+    // eight sums (a third of the shuffles of eight single reductions). A
+    // short last group leaves its missing rows at zero, so every row's sum
+    // takes the same path whatever `rows` is.
+    const __m256 vscale = _mm256_set1_ps(scale);
+    for (int32_t j0 = 0; j0 < rows; j0 += 8) {
+        const int32_t nr = std::min(8, rows - j0);
+        __m512 acc[8];
+        SPECD_UNROLL
+        for (int r = 0; r < 8; ++r) acc[r] = _mm512_setzero_ps();
+        for (int64_t c = 0; c < n; c += 16) {
+            const __mmask16 m = tail_mask(n - c);
+            const __m512 qv = _mm512_maskz_loadu_ps(m, q + c);
+            SPECD_UNROLL
+            for (int r = 0; r < 8; ++r) {
+                if (r < nr) acc[r] = _mm512_fmadd_ps(qv, _mm512_maskz_loadu_ps(m, k + (j0 + r) * ldk + c), acc[r]);
+            }
+        }
+        const __m256 sums = _mm256_mul_ps(reduce8(acc[0], acc[1], acc[2], acc[3], acc[4], acc[5], acc[6], acc[7]), vscale);
+        _mm256_mask_storeu_ps(out + j0, static_cast<__mmask8>((1u << nr) - 1u), sums);
+    }
+}
+
+namespace {
+
+// exp(x) for x <= 88.7 (Cephes' expf scheme): x = m ln2 + r, |r| <= ln2/2,
+// e^r by a degree-7 polynomial, times 2^m; below -87.3 the result is the
+// clamp's ~1e-38 (0 in a softmax sum of terms >= 1).
+SPECD_INLINE __m512 exp16(__m512 x) {
+    x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(88.7228f)), _mm512_set1_ps(-87.3365f));
+    const __m512 m = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(m, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(m, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    return _mm512_scalef_ps(p, m);
+}
+
+}  // namespace
+
+float exp_shift_sum_f32_avx512(float* x, int64_t n, float shift) {
+    const __m512 vs = _mm512_set1_ps(shift);
+    __m512 sum = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 m = tail_mask(n - i);
+        const __m512 e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), vs));
+        _mm512_mask_storeu_ps(x + i, m, e);
+        sum = _mm512_add_ps(sum, _mm512_maskz_mov_ps(m, e));
+    }
+    return _mm512_reduce_add_ps(sum);
+}
+
+void silu_mul_f32_avx512(float* g, const float* u, int64_t n) {
+    const __m512 one = _mm512_set1_ps(1.0f);
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 m = tail_mask(n - i);
+        const __m512 x = _mm512_maskz_loadu_ps(m, g + i);
+        const __m512 s = _mm512_div_ps(x, _mm512_add_ps(one, exp16(_mm512_sub_ps(_mm512_setzero_ps(), x))));
+        _mm512_mask_storeu_ps(g + i, m, _mm512_mul_ps(s, _mm512_maskz_loadu_ps(m, u + i)));
+    }
+}
+
+void weighted_rows_f32_avx512(const float* w, float w_scale, const float* v, int64_t ldv, int32_t rows, int64_t n, float* y) {
+    // Up to 64 outputs stay in registers across all rows.
+    for (int64_t i = 0; i < n; i += 64) {
+        __m512 acc[4];
+        __mmask16 mask[4];
+        SPECD_UNROLL
+        for (int c = 0; c < 4; ++c) {
+            mask[c] = i + 16 * c < n ? tail_mask(n - i - 16 * c) : 0;
+            acc[c] = _mm512_maskz_loadu_ps(mask[c], y + i + 16 * c);
+        }
+        for (int32_t j = 0; j < rows; ++j) {
+            const __m512 a = _mm512_set1_ps(w[j] * w_scale);
+            const float* vr = v + j * ldv + i;
+            SPECD_UNROLL
+            for (int c = 0; c < 4; ++c) {
+                if (mask[c]) acc[c] = _mm512_fmadd_ps(a, _mm512_maskz_loadu_ps(mask[c], vr + 16 * c), acc[c]);
+            }
+        }
+        SPECD_UNROLL
+        for (int c = 0; c < 4; ++c) _mm512_mask_storeu_ps(y + i + 16 * c, mask[c], acc[c]);
+    }
+}
+
 void dequantize_row_avx512(TensorType type, const void* src, float* dst, int64_t n) {
     const unsigned char* s = static_cast<const unsigned char*>(src);
     switch (type) {

@@ -637,3 +637,94 @@ TEST_CASE("bench: matmul at the stories15M shapes, 1 and 2 threads", "[.bench]")
         }
     }
 }
+
+// ------------------------------------------------------ attention helpers ---
+
+TEST_CASE("attention and SwiGLU helpers: per-block dot rows, exp-and-sum, weighted rows and silu-times-up match "
+          "double sums on every ISA, and exp gives each lane the same bits whatever n",
+          "[kernels][attention]") {
+    std::mt19937 rng(7);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    std::vector<Isa> isas = simd_isas();
+    isas.push_back(Isa::Scalar);
+    for (Isa isa : isas) {
+        INFO("isa " << isa_name(isa));
+        for (int64_t hd : {1, 7, 16, 48, 64, 70, 128}) {
+            for (int32_t rows : {1, 5, 16}) {
+                const int64_t ld = hd + 13;
+                std::vector<float> q(static_cast<size_t>(hd)), k(static_cast<size_t>(rows * ld)), v(k.size());
+                for (float& f : q) f = u(rng);
+                for (float& f : k) f = u(rng);
+                for (float& f : v) f = u(rng);
+                std::vector<float> s(static_cast<size_t>(rows));
+                dot_rows_f32(isa, q.data(), k.data(), ld, rows, hd, 0.5f, s.data());
+                for (int32_t j = 0; j < rows; ++j) {
+                    double ref = 0, mag = 0;
+                    for (int64_t i = 0; i < hd; ++i) {
+                        ref += static_cast<double>(q[static_cast<size_t>(i)]) * k[static_cast<size_t>(j * ld + i)];
+                        mag += std::fabs(static_cast<double>(q[static_cast<size_t>(i)]) * k[static_cast<size_t>(j * ld + i)]);
+                    }
+                    CHECK(std::fabs(s[static_cast<size_t>(j)] - 0.5 * ref) <= 1e-5 * mag + 1e-7);
+                }
+                std::vector<float> w(static_cast<size_t>(rows)), y(static_cast<size_t>(hd)), y0(y.size());
+                for (float& f : w) f = u(rng);
+                for (float& f : y0) f = u(rng);
+                y = y0;
+                weighted_rows_f32(isa, w.data(), 0.25f, v.data(), ld, rows, hd, y.data());
+                for (int64_t i = 0; i < hd; ++i) {
+                    double ref = y0[static_cast<size_t>(i)], mag = std::fabs(ref);
+                    for (int32_t j = 0; j < rows; ++j) {
+                        const double term = 0.25 * w[static_cast<size_t>(j)] * v[static_cast<size_t>(j * ld + i)];
+                        ref += term;
+                        mag += std::fabs(term);
+                    }
+                    CHECK(std::fabs(y[static_cast<size_t>(i)] - ref) <= 1e-5 * mag + 1e-7);
+                }
+            }
+        }
+        // exp over the softmax range, with tails of every length.
+        for (int64_t n : {1, 3, 8, 15, 16, 17, 31, 33, 70, 257}) {
+            std::vector<float> x(static_cast<size_t>(n));
+            for (size_t i = 0; i < x.size(); ++i) x[i] = -30.0f * static_cast<float>(i) / static_cast<float>(n) + 0.5f * u(rng);
+            const float shift = 0.7f;
+            std::vector<float> e = x;
+            const float sum = exp_shift_sum_f32(isa, e.data(), n, shift);
+            double ref_sum = 0;
+            for (int64_t i = 0; i < n; ++i) {
+                const float d = x[static_cast<size_t>(i)] - shift;  // the kernels subtract in float too
+                const double ref = std::exp(static_cast<double>(d));
+                ref_sum += ref;
+                CHECK(std::fabs(e[static_cast<size_t>(i)] - ref) <= 4e-7 * ref);
+            }
+            CHECK(std::fabs(sum - ref_sum) <= 1e-6 * ref_sum);
+            // A prefix gives each of its elements the same bits.
+            for (int64_t m : {int64_t{1}, n / 2 + 1}) {
+                std::vector<float> p(x.begin(), x.begin() + m);
+                exp_shift_sum_f32(isa, p.data(), m, shift);
+                for (int64_t i = 0; i < m; ++i) CHECK(p[static_cast<size_t>(i)] == e[static_cast<size_t>(i)]);
+            }
+        }
+        // SwiGLU's gate over a wide range, tails of every length.
+        for (int64_t n : {1, 7, 8, 15, 16, 17, 100}) {
+            std::vector<float> g(static_cast<size_t>(n)), up(g.size());
+            for (size_t i = 0; i < g.size(); ++i) {
+                g[i] = 40.0f * u(rng);
+                up[i] = u(rng);
+            }
+            std::vector<float> out = g;
+            silu_mul_f32(isa, out.data(), up.data(), n);
+            for (size_t i = 0; i < g.size(); ++i) {
+                const double ref = g[i] / (1.0 + std::exp(-static_cast<double>(g[i]))) * up[i];
+                CHECK(std::fabs(out[i] - ref) <= 1e-6 * std::fabs(ref) + 1e-30);
+            }
+        }
+        // Far below the max: ~0, never negative or NaN.
+        std::vector<float> far = {-200.0f, -90.0f, 0.0f};
+        const float s = exp_shift_sum_f32(isa, far.data(), 3, 0.0f);
+        CHECK(far[0] >= 0.0f);
+        CHECK(far[0] < 1e-37f);
+        CHECK(far[1] < 1e-37f);
+        CHECK(far[2] == 1.0f);
+        CHECK(std::fabs(s - 1.0f) < 1e-6f);
+    }
+}
