@@ -74,7 +74,8 @@ ForwardPass::ForwardPass(const LlamaModel& model, ThreadPool& pool, ForwardOptio
     xout_.resize(R * dim);
     logits_.resize(R * static_cast<size_t>(hp.n_vocab));
     argmax_parts_.resize(static_cast<size_t>(pool.size()) * R);
-    scores_.resize(static_cast<size_t>(pool.size()) * static_cast<size_t>(n_ctx_max_));
+    scores_.resize(static_cast<size_t>(pool.size()) * kAttentionGroupRows * static_cast<size_t>(n_ctx_max_));
+    attention_groups_.reserve(M);
 
     const int32_t half = hp.rope_dim / 2;
     rope_cos_.resize(static_cast<size_t>(n_ctx_max_) * half);
@@ -190,8 +191,17 @@ int32_t ForwardPass::run(PagedKvCache& kv, std::span<const BatchItem> items) {
     if (!kv.has_storage()) throw Error("forward: the CPU backend needs a KV cache with host storage");
     check_and_reserve_batch(kv, items, BatchLimits{hp.n_vocab, n_ctx_max_, options_.max_batch_tokens, options_.max_logit_rows});
     int32_t m = 0, r = 0;
+    attention_groups_.clear();
     for (const BatchItem& item : items) {
         const int32_t start = kv.length(item.seq), n = static_cast<int32_t>(item.tokens.size());
+        // The item's rows in groups as even as possible (9 rows: 5 + 4), so
+        // that the threads' shares of a verification stay balanced.
+        const int32_t n_groups = (n + kAttentionGroupRows - 1) / kAttentionGroupRows;
+        for (int32_t g = 0, first = 0; g < n_groups; ++g) {
+            const int32_t rows = (n - first) / (n_groups - g);
+            attention_groups_.push_back({m + first, rows});
+            first += rows;
+        }
         for (int32_t t = 0; t < n; ++t, ++m) {
             row_token_[static_cast<size_t>(m)] = item.tokens[static_cast<size_t>(t)];
             row_seq_[static_cast<size_t>(m)] = item.seq;
@@ -341,7 +351,7 @@ void ForwardPass::run_layers(int ith, int nth, PagedKvCache& kv) {
 }
 
 // Causal attention over the sequences' cached keys and values, split over
-// (row, head) pairs so that a single decoding row still uses every thread
+// (row group, head) pairs so that a single decoding row still uses every thread
 // (grouped-query: n_heads / n_kv_heads query heads share one kv head).
 // Output rows go to xb_ (M, dim).
 void ForwardPass::attention(int ith, int nth, PagedKvCache& kv, int32_t layer) {
@@ -349,30 +359,47 @@ void ForwardPass::attention(int ith, int nth, PagedKvCache& kv, int32_t layer) {
     const int64_t dim = hp.dim, kvd = hp.kv_dim(), qkv_ld = dim + 2 * kvd;
     const int32_t hd = hp.head_dim, group = hp.n_heads / hp.n_kv_heads, bs = kv.shape().block_size;
     const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-    float* scores = &scores_[static_cast<size_t>(ith) * static_cast<size_t>(n_ctx_max_)];  // (n_ctx)
-    const Range units = split_range(static_cast<int64_t>(n_rows_) * hp.n_heads, ith, nth);
+    // (kAttentionGroupRows, n_ctx): row i of the group at scores + i * n_ctx.
+    float* scores = &scores_[static_cast<size_t>(ith) * kAttentionGroupRows * static_cast<size_t>(n_ctx_max_)];
+    const Range units = split_range(static_cast<int64_t>(attention_groups_.size()) * hp.n_heads, ith, nth);
     for (int64_t u = units.begin; u < units.end; ++u) {
-        const int64_t t = u / hp.n_heads;
+        const AttentionGroup& g = attention_groups_[static_cast<size_t>(u / hp.n_heads)];
         const int32_t h = static_cast<int32_t>(u % hp.n_heads);
-        const int32_t seq = row_seq_[static_cast<size_t>(t)], n_pos = row_pos_[static_cast<size_t>(t)] + 1;
-        const int32_t n_blocks = kv.blocks_for(n_pos);
-        const float* q = &qkv_[t * qkv_ld + static_cast<int64_t>(h) * hd];
+        const int32_t seq = row_seq_[static_cast<size_t>(g.first_row)];
+        const int32_t last_pos = row_pos_[static_cast<size_t>(g.first_row + g.n_rows - 1)];
+        const int32_t n_blocks = kv.blocks_for(last_pos + 1);
         const int64_t kv_off = static_cast<int64_t>(h / group) * hd;
-        // One kernel call per KV block and step: a call per position cost
-        // more than its 48-wide dot product (stories15M).
+        auto row_scores = [&](int32_t i) { return scores + static_cast<size_t>(i) * static_cast<size_t>(n_ctx_max_); };
+        auto n_pos = [&](int32_t i) { return row_pos_[static_cast<size_t>(g.first_row + i)] + 1; };
+        // Block by block, every row of the group, so that a block's keys and
+        // values come from memory once for all of them; each row sees exactly
+        // the calls (and bits) it would alone. One kernel call per block and
+        // row: a call per position cost more than a 48-wide product.
         for (int32_t b = 0; b < n_blocks; ++b) {
             const float* kb = kv.key_block(seq, layer, b);  // (block_size, kv_dim)
-            const int32_t n = std::min(bs, n_pos - b * bs);
-            dot_rows_f32(isa_, q, kb + kv_off, kvd, n, hd, scale, &scores[b * bs]);
+            for (int32_t i = 0; i < g.n_rows; ++i) {
+                const int32_t n = std::min(bs, n_pos(i) - b * bs);
+                if (n <= 0) continue;
+                const float* q = &qkv_[static_cast<int64_t>(g.first_row + i) * qkv_ld + static_cast<int64_t>(h) * hd];
+                dot_rows_f32(isa_, q, kb + kv_off, kvd, n, hd, scale, row_scores(i) + b * bs);
+            }
         }
-        const float max_score = *std::max_element(scores, scores + n_pos);
-        const float inv = 1.0f / exp_shift_sum_f32(isa_, scores, n_pos, max_score);
-        float* out = &xb_[t * dim + static_cast<int64_t>(h) * hd];
-        std::fill(out, out + hd, 0.0f);
+        float inv[kAttentionGroupRows];
+        for (int32_t i = 0; i < g.n_rows; ++i) {
+            float* sc = row_scores(i);
+            const float max_score = *std::max_element(sc, sc + n_pos(i));
+            inv[i] = 1.0f / exp_shift_sum_f32(isa_, sc, n_pos(i), max_score);
+            float* out = &xb_[static_cast<int64_t>(g.first_row + i) * dim + static_cast<int64_t>(h) * hd];
+            std::fill(out, out + hd, 0.0f);
+        }
         for (int32_t b = 0; b < n_blocks; ++b) {
             const float* vb = kv.value_block(seq, layer, b);  // (block_size, kv_dim)
-            const int32_t n = std::min(bs, n_pos - b * bs);
-            weighted_rows_f32(isa_, &scores[b * bs], inv, vb + kv_off, kvd, n, hd, out);
+            for (int32_t i = 0; i < g.n_rows; ++i) {
+                const int32_t n = std::min(bs, n_pos(i) - b * bs);
+                if (n <= 0) continue;
+                float* out = &xb_[static_cast<int64_t>(g.first_row + i) * dim + static_cast<int64_t>(h) * hd];
+                weighted_rows_f32(isa_, row_scores(i) + b * bs, inv[i], vb + kv_off, kvd, n, hd, out);
+            }
         }
     }
 }

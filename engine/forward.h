@@ -82,7 +82,15 @@ private:
     };
     bool want_argmax_ = false;            // this call also fills argmax_parts_
     std::vector<ArgmaxPart> argmax_parts_;  // (threads, R)
-    std::vector<float> scores_;  // (threads, n_ctx) attention scores per thread
+    std::vector<float> scores_;  // (threads, kAttentionGroupRows, n_ctx) attention scores per thread
+    // Attention groups: consecutive rows of one item (one sequence, consecutive
+    // positions), at most kAttentionGroupRows each, so that a group reads
+    // each key and value block once for all its rows.
+    struct AttentionGroup {
+        int32_t first_row;
+        int32_t n_rows;
+    };
+    std::vector<AttentionGroup> attention_groups_;  // (<= M)
     std::vector<float> rope_cos_;  // (n_ctx, rope_dim/2)
     std::vector<float> rope_sin_;  // (n_ctx, rope_dim/2)
     PreparedInput in_attn_, in_wo_, in_ffn_, in_down_, in_cls_;
@@ -106,6 +114,9 @@ private:
 constexpr int64_t kDraftHeadWarmupTokens = 1024;
 constexpr int64_t kDraftHeadMissBurst = 16;
 constexpr int64_t kDraftHeadRebuildEvery = 256;
+
+// Most rows of one attention group (ForwardPass::attention_groups_).
+constexpr int32_t kAttentionGroupRows = 8;
 
 // Splits of an output dimension across threads are aligned to this many rows
 // so each thread's kernel sees whole register tiles.
