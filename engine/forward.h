@@ -2,7 +2,8 @@
 // call runs T_i new tokens for each of S sequences (prefill chunks, single
 // decode steps and k+1-token speculative verifications mix freely) and
 // returns the requested logits. All scratch memory is allocated in the
-// constructor; forward() allocates nothing.
+// constructor; forward() allocates nothing, except when it rebuilds a
+// draft head (ForwardOptions::draft_head_tokens).
 #pragma once
 
 #include <cstdint>
@@ -110,7 +111,7 @@ private:
 // kDraftHeadWarmupTokens tokens have been fed. It is rebuilt when tokens it
 // lacks are fed: at once when kDraftHeadMissBurst of them came since the
 // last rebuild (a prompt with new words), else after kDraftHeadRebuildEvery
-// tokens (a rebuild ranks the whole vocabulary, ~0.1-0.3 ms).
+// tokens (a rebuild ranks the whole vocabulary once).
 constexpr int64_t kDraftHeadWarmupTokens = 1024;
 constexpr int64_t kDraftHeadMissBurst = 16;
 constexpr int64_t kDraftHeadRebuildEvery = 256;

@@ -122,7 +122,7 @@ void axpy_f32(Isa isa, float alpha, const float* x, float* y, int64_t n);  // y 
 // out[j] = scale * dot(q, k + j*ldk, n) for j < rows (q (n), k (rows, ldk)).
 void dot_rows_f32(Isa isa, const float* q, const float* k, int64_t ldk, int32_t rows, int64_t n, float scale, float* out);
 // x[j] = exp(x[j] - shift) for j < n; returns their sum. The SIMD ISAs use a
-// polynomial (relative error < 2e-7 on the softmax range x - shift <= 0)
+// polynomial (relative error < 4e-7 on the softmax range x - shift <= 0)
 // instead of std::exp, lane for lane the same whatever n.
 float exp_shift_sum_f32(Isa isa, float* x, int64_t n, float shift);
 // y (n) += sum over j < rows, in order, of (w[j] * w_scale) * v[j*ldv .. +n].
