@@ -439,16 +439,12 @@ namespace {
 // exp(x) for x <= 88.7, as exp16 in kernels_avx512.cpp: x = m ln2 + r, e^r
 // by a polynomial, 2^m through the exponent bits (m >= -126 after the clamp).
 inline __m256 exp8(__m256 x) {
-    x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(88.7228f)), _mm256_set1_ps(-87.3365f));
-    const __m256 m = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(m, _mm256_set1_ps(0.693359375f), x);
-    r = _mm256_fnmadd_ps(m, _mm256_set1_ps(-2.12194440e-4f), r);
-    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(kExpMax)), _mm256_set1_ps(kExpMin));
+    const __m256 m = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(kLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(m, _mm256_set1_ps(kLn2Hi), x);
+    r = _mm256_fnmadd_ps(m, _mm256_set1_ps(kLn2Lo), r);
+    __m256 p = _mm256_set1_ps(kExpPoly[0]);
+    for (int i = 1; i < 6; ++i) p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kExpPoly[i]));
     p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
     // m is in [-126, 128]: 2^m as a float's exponent field (128 overflows to inf, as expf does).
     const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(m), _mm256_set1_epi32(127)), 23);

@@ -21,6 +21,14 @@
 
 namespace specd::kern {
 
+// The SIMD exp (exp8 / exp16; Cephes' expf scheme): x clamped to
+// [kExpMin, kExpMax], x = m ln2 + r with ln2 = kLn2Hi + kLn2Lo, e^r =
+// 1 + r + r^2 * P(r), P's coefficients highest first, then e^r * 2^m.
+constexpr float kExpMax = 88.7228f, kExpMin = -87.3365f, kLog2e = 1.44269504f;
+constexpr float kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
+constexpr float kExpPoly[6] = {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f,
+                               4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f};
+
 // How far ahead the matmul kernels prefetch weights into L2, as a linear
 // byte range: with 1..16 activation rows a matmul streams its weights from
 // DRAM, and L1's few miss buffers alone cap a core near 9 GB/s. Measured on
