@@ -285,6 +285,8 @@ struct verifier_state {
 verifier_actor::behavior_type verifier_fun(verifier_actor::stateful_pointer<verifier_state> self,
                                            std::shared_ptr<RuntimeShared> rt) {
     auto& st = self->state;
+    // Detached: this runs on the actor's own thread, thread 0 of its pool.
+    ThreadPool::set_current_thread_name("specd.verifier");
     if (rt->config.compute_nice != 0) ThreadPool::set_current_thread_nice(rt->config.compute_nice);
     ForwardOptions fo;
     fo.max_batch_tokens = rt->config.max_step_tokens;
@@ -442,6 +444,7 @@ struct draft_state {
 
 draft_actor::behavior_type draft_fun(draft_actor::stateful_pointer<draft_state> self, std::shared_ptr<RuntimeShared> rt) {
     auto& st = self->state;
+    ThreadPool::set_current_thread_name("specd.draft");  // detached: its own thread
     if (rt->config.compute_nice != 0) ThreadPool::set_current_thread_nice(rt->config.compute_nice);
     self->set_down_handler([self](caf::down_msg& dm) {
         auto it = self->state.remote_owners.find(dm.source);

@@ -136,8 +136,8 @@ const std::vector<Entry>& entries() {
         add({.key = "cors_origin", .env = "SPECD_CORS_ORIGIN", .flag = "--cors-origin",
              .help = "Access-Control-Allow-Origin value (empty: no CORS)", .kind = Kind::text},
             &RuntimeConfig::cors_origin);
-        add({.key = "io_threads", .env = "SPECD_IO_THREADS", .flag = "--io-threads", .help = "network threads", .kind = Kind::integer,
-             .min = 1, .max = 64},
+        add({.key = "io_threads", .env = "SPECD_IO_THREADS", .flag = "--io-threads", .help = "network threads (0: one per 8 CPUs, 1 to 4)",
+             .kind = Kind::integer, .min = 0, .max = 64},
             &RuntimeConfig::io_threads);
         add({.key = "max_connections", .env = "SPECD_MAX_CONNECTIONS", .flag = "--max-connections", .help = "open connections at most",
              .kind = Kind::integer, .min = 1, .max = 1000000},

@@ -79,7 +79,8 @@ struct RuntimeConfig {
     std::string api_key;               // "api_key" / SPECD_API_KEY: "Authorization: Bearer KEY" on all but /health; empty: open
     std::string admin_key;             // "admin_key" / SPECD_ADMIN_KEY: bearer key of /admin/*; empty: the api_key; both empty: /admin is off
     std::string cors_origin;           // "cors_origin" / SPECD_CORS_ORIGIN: Access-Control-Allow-Origin; empty: no CORS headers
-    int32_t io_threads = 2;            // "io_threads" / SPECD_IO_THREADS: network threads (they only parse, route and write)
+    int32_t io_threads = 0;            // "io_threads" / SPECD_IO_THREADS: network threads (they only parse, route and
+                                       // write); 0: auto, one per 8 CPUs, 1 to 4 (net::ServerOptions::io_threads)
     int32_t max_connections = 512;     // "max_connections" / SPECD_MAX_CONNECTIONS: open connections at once (503 beyond)
     int64_t max_body_bytes = 1 << 20;  // "max_body_bytes" / SPECD_MAX_BODY_BYTES: largest HTTP body (413 beyond)
     int64_t max_message_bytes = 1 << 20;  // "max_message_bytes" / SPECD_MAX_MESSAGE_BYTES: largest WebSocket message (close 1009)

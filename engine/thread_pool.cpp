@@ -6,6 +6,7 @@
 #include <string>
 
 #if defined(__linux__)
+#include <pthread.h>
 #include <sched.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -37,6 +38,7 @@ ThreadPool::ThreadPool(int n_threads, int worker_nice, std::vector<int> cpus)
     workers_.reserve(n_threads_ - 1);
     for (int i = 1; i < n_threads_; ++i) {
         workers_.emplace_back([this, i, worker_nice] {
+            set_current_thread_name("specd.compute");
             if (worker_nice != 0) (void)set_current_thread_nice(worker_nice);
             // Only a worker that did get its core spins long between jobs.
             const bool pinned = !cpus_.empty() && pin_current_thread(cpus_[static_cast<size_t>(i) % cpus_.size()]);
@@ -51,6 +53,16 @@ bool ThreadPool::set_current_thread_nice(int nice) {
 #else
     (void)nice;
     return false;
+#endif
+}
+
+void ThreadPool::set_current_thread_name(const char* name) {
+#if defined(__linux__)
+    char cut[16] = {};
+    std::snprintf(cut, sizeof(cut), "%s", name);
+    (void)pthread_setname_np(pthread_self(), cut);
+#else
+    (void)name;
 #endif
 }
 

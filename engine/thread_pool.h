@@ -69,6 +69,11 @@ public:
     // needs no privilege; returns false where the system refused.
     static bool set_current_thread_nice(int nice);
 
+    // Names the calling thread (Linux: at most 15 characters, longer names
+    // are cut), so that `top -H`, perf and `specd bench --url self`'s CPU
+    // table can tell compute, network and actor threads apart.
+    static void set_current_thread_name(const char* name);
+
 private:
     using JobFn = void (*)(void* ctx, int ith, int nth);
     template <class Fn>

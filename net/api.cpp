@@ -187,10 +187,70 @@ json chat_chunk(const std::string& id, const std::string& model, int64_t created
                                       {"finish_reason", finish_reason.empty() ? json(nullptr) : json(finish_reason)}}})}};
 }
 
+void append_json_string(std::string& out, std::string_view s) {
+    static constexpr char kHex[] = "0123456789abcdef";
+    out += '"';
+    for (const char c : s) {
+        const auto u = static_cast<unsigned char>(c);
+        switch (c) {
+            case '"': out += "\\\""; break;
+            case '\\': out += "\\\\"; break;
+            case '\n': out += "\\n"; break;
+            case '\r': out += "\\r"; break;
+            case '\t': out += "\\t"; break;
+            case '\b': out += "\\b"; break;
+            case '\f': out += "\\f"; break;
+            default:
+                if (u < 0x20) {
+                    out += "\\u00";
+                    out += kHex[u >> 4];
+                    out += kHex[u & 15];
+                } else {
+                    out += c;  // UTF-8 bytes pass through: token text is valid UTF-8 (Tokenizer::decode)
+                }
+        }
+    }
+    out += '"';
+}
+
+std::string content_chunk_json(bool chat, const std::string& id, const std::string& model, int64_t created, const std::string& text) {
+    std::string out;
+    out.reserve(128 + id.size() + model.size() + text.size());
+    out += R"({"id":)";
+    append_json_string(out, id);
+    out += chat ? R"(,"object":"chat.completion.chunk","created":)" : R"(,"object":"text_completion","created":)";
+    out += std::to_string(created);
+    out += R"(,"model":)";
+    append_json_string(out, model);
+    out += chat ? R"(,"choices":[{"index":0,"delta":{"content":)" : R"(,"choices":[{"index":0,"text":)";
+    append_json_string(out, text);
+    out += chat ? R"(},"logprobs":null,"finish_reason":null}]})" : R"(,"logprobs":null,"finish_reason":null}]})";
+    return out;
+}
+
+// Written by hand, not through a json object: it runs for every token event
+// of every WebSocket generation on the network thread, and building then
+// dumping a json tree costs several allocations per frame (a std::map per
+// object). Keys in the documented order (docs/websocket-protocol.md).
 std::string ws_token_frame(const token_event& e) {
-    json from = json::array();
-    for (uint8_t f : e.from_draft) from.push_back(f != 0);
-    return json{{"type", "token"}, {"id", e.id}, {"text", e.text}, {"token_ids", e.tokens}, {"from_draft", from}}.dump();
+    std::string out;
+    out.reserve(64 + e.id.size() + e.text.size() + 12 * e.tokens.size());
+    out += R"({"type":"token","id":)";
+    append_json_string(out, e.id);
+    out += R"(,"text":)";
+    append_json_string(out, e.text);
+    out += R"(,"token_ids":[)";
+    for (size_t i = 0; i < e.tokens.size(); ++i) {
+        if (i > 0) out += ',';
+        out += std::to_string(e.tokens[i]);
+    }
+    out += R"(],"from_draft":[)";
+    for (size_t i = 0; i < e.from_draft.size(); ++i) {
+        if (i > 0) out += ',';
+        out += e.from_draft[i] != 0 ? "true" : "false";
+    }
+    out += "]}";
+    return out;
 }
 
 std::string ws_done_frame(const done_event& d) {

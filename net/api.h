@@ -5,6 +5,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -67,6 +68,15 @@ nlohmann::json completion_chunk(const std::string& id, const std::string& model,
                                 const std::string& finish_reason);
 nlohmann::json chat_chunk(const std::string& id, const std::string& model, int64_t created, const std::string* role,
                           const std::string* content, const std::string& finish_reason);
+
+// Appends s as a JSON string literal (quotes, escapes; s must be UTF-8).
+void append_json_string(std::string& out, std::string_view s);
+
+// The JSON of one streamed content chunk, written by hand (it runs per token
+// event): equal, as JSON, to chat_chunk(id, model, created, nullptr, &text, "")
+// when chat, else to completion_chunk(id, model, created, text, ""); keys in
+// OpenAI's order.
+std::string content_chunk_json(bool chat, const std::string& id, const std::string& model, int64_t created, const std::string& text);
 
 // WebSocket frames.
 std::string ws_token_frame(const token_event& e);

@@ -4,6 +4,7 @@
 // CAF thread and are posted to the connection's strand.
 #include "net/server.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -22,6 +23,7 @@
 #include "config/log.h"
 #include "engine/acceptance_watch.h"
 #include "engine/chat_template.h"
+#include "engine/thread_pool.h"
 #include "engine/tokenizer.h"
 #include "gpu/gpu_metrics.h"
 #include "net/chat_page.h"
@@ -642,8 +644,7 @@ private:
         timing_.on_tokens(server_->metrics, e.tokens.size());
         text_ += e.text;
         if (stream_mode_ && !e.text.empty()) {
-            queue_sse(chat_ ? chat_chunk(id_, model_, created_, nullptr, &e.text, "").dump()
-                            : completion_chunk(id_, model_, created_, e.text, "").dump());
+            queue_sse(content_chunk_json(chat_, id_, model_, created_, e.text));
         }
     }
 
@@ -688,11 +689,14 @@ private:
                "\r\nAccess-Control-Allow-Headers: Authorization, Content-Type\r\nAccess-Control-Allow-Methods: GET, POST, OPTIONS\r\n";
     }
 
+    // One SSE event as one HTTP chunk: "<size>\r\ndata: <data>\n\n\r\n".
     void queue_sse(const std::string& data) {
-        const std::string event = "data: " + data + "\n\n";
         char size[20];
-        std::snprintf(size, sizeof size, "%zx\r\n", event.size());
-        queue_raw(std::string(size) + event + "\r\n");
+        const int size_len = std::snprintf(size, sizeof size, "%zx\r\n", data.size() + 8);  // "data: " + "\n\n"
+        std::string chunk;
+        chunk.reserve(static_cast<size_t>(size_len) + data.size() + 10);
+        chunk.append(size, static_cast<size_t>(size_len)).append("data: ").append(data).append("\n\n\r\n");
+        queue_raw(std::move(chunk));
     }
 
     void queue_raw(std::string bytes) {
@@ -902,9 +906,13 @@ uint16_t Server::start() {
     impl_->acceptor->listen(asio::socket_base::max_listen_connections);
     impl_->bound_port = impl_->acceptor->local_endpoint().port();
     impl_->do_accept();
-    for (int i = 0; i < std::max(1, impl_->opt.io_threads); ++i) {
+    const int io_threads = impl_->opt.io_threads > 0 ? impl_->opt.io_threads : std::clamp(ThreadPool::hardware_threads() / 8, 1, 4);
+    for (int i = 0; i < io_threads; ++i) {
         asio::io_context* ioc = impl_->ioc.get();
-        impl_->threads.emplace_back([ioc] { ioc->run(); });
+        impl_->threads.emplace_back([ioc] {
+            ThreadPool::set_current_thread_name("specd.net");
+            ioc->run();
+        });
     }
     return impl_->bound_port;
 }

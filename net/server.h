@@ -23,7 +23,9 @@ namespace specd::net {
 struct ServerOptions {
     std::string host = "127.0.0.1";        // --host
     uint16_t port = 8080;                  // --port; 0 picks a free port
-    int32_t io_threads = 2;                // network threads (they only parse, route and write)
+    int32_t io_threads = 0;                // network threads (they only parse, route and write); 0: auto, one per 8
+                                           // CPUs of the process, 1 to 4 (a second thread on a small machine costs
+                                           // more in hand-offs than it adds: docs/BENCHMARKS.md, network section)
     std::string api_key;                   // --api-key: required as "Authorization: Bearer KEY" on all but /health; empty: open
     std::string admin_key;                 // --admin-key: Bearer key of /admin/*; empty: api_key; both empty: /admin answers 403
     std::string cors_origin;               // --cors-origin: Access-Control-Allow-Origin value; empty: no CORS headers

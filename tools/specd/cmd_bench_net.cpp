@@ -7,9 +7,15 @@
 #include <algorithm>
 #include <array>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
+
+#include <unistd.h>
 
 #include <boost/asio.hpp>
 #include <boost/beast.hpp>
@@ -71,6 +77,22 @@ void merge(Sample& out, const Sample& local) {
     out.errors += local.errors;
 }
 
+// The token count of a specd token frame, found without a JSON parser:
+// {"type":"token",…,"token_ids":[a,b,…],…} (net::ws_token_frame writes
+// type first). A load generator's own CPU is taken from the server it
+// measures on a shared machine, so the common frame skips the parse; false
+// for any other frame, which gets a full parse.
+bool token_frame_size(std::string_view frame, size_t& tokens) {
+    if (frame.rfind(R"({"type":"token",)", 0) != 0) return false;
+    const size_t at = frame.find(R"("token_ids":[)");
+    if (at == std::string_view::npos) return false;
+    const size_t open = at + 13, close = frame.find(']', open);
+    if (close == std::string_view::npos) return false;
+    const std::string_view ids = frame.substr(open, close - open);
+    tokens = ids.empty() ? 0 : 1 + static_cast<size_t>(std::count(ids.begin(), ids.end(), ','));
+    return true;
+}
+
 json request_body(int i, int n, bool spec) {
     return json{{"prompt", kBenchPrompts[i % kBenchPromptCount]}, {"max_tokens", n}, {"temperature", 0}, {"speculative", {{"enabled", spec}}}};
 }
@@ -124,7 +146,14 @@ private:
         ws_.async_read(buf_, [self](beast::error_code ec, size_t) {
             if (ec) return self->fail("read", ec);
             const double now = now_ms();
-            const json f = json::parse(beast::buffers_to_string(self->buf_.data()), nullptr, false);
+            const std::string_view frame(static_cast<const char*>(self->buf_.data().data()), self->buf_.size());
+            size_t k = 0;
+            if (token_frame_size(frame, k)) {
+                self->record(now, k);
+                self->out_.tokens += static_cast<int64_t>(k);
+                return self->ws_read();
+            }
+            const json f = json::parse(frame, nullptr, false);
             const std::string type = f.is_object() && f.contains("type") && f["type"].is_string() ? f["type"].get<std::string>() : "";
             if (type == "token" && f.contains("token_ids") && f["token_ids"].is_array()) {
                 const size_t k = f["token_ids"].size();
@@ -169,6 +198,14 @@ private:
                 const std::string data = self->pending_.substr(at + 6, end - at - 6);
                 self->pending_.erase(0, end + 2);
                 if (data == "[DONE]") return;  // the socket closes with this client
+                // A content chunk (net::content_chunk_json) ends so; the last
+                // chunk, with usage, and errors get a full parse.
+                static constexpr std::string_view kContentEnd = R"("finish_reason":null}]})";
+                if (data.size() >= kContentEnd.size() && data.compare(data.size() - kContentEnd.size(), kContentEnd.size(), kContentEnd) == 0 &&
+                    data.find(R"("usage")") == std::string::npos) {
+                    self->record(now, 1);
+                    continue;
+                }
                 const json j = json::parse(data, nullptr, false);
                 if (!j.is_object() || j.contains("error")) {
                     ++self->out_.errors;
@@ -217,26 +254,68 @@ private:
     double t0_ = 0, last_ = -1;
 };
 
+// Where the CPU goes: run time of this process's threads, summed by role.
+// Thread names come from ThreadPool::set_current_thread_name; the main
+// thread runs the load clients. Linux only (schedstat: nanoseconds on CPU).
+enum CpuRole { kCpuCompute, kCpuActors, kCpuServerNet, kCpuClient, kCpuOther, kCpuRoles };
+constexpr const char* kCpuRoleNames[kCpuRoles] = {"compute", "actors", "server network", "bench client", "other"};
+using ThreadCpu = std::map<long, std::pair<CpuRole, double>>;  // tid → (role, ms on CPU so far)
+
+ThreadCpu thread_cpu() {
+    ThreadCpu out;
+    std::error_code ec;
+    const long main_tid = static_cast<long>(getpid());
+    for (const auto& entry : std::filesystem::directory_iterator("/proc/self/task", ec)) {
+        const long tid = std::strtol(entry.path().filename().c_str(), nullptr, 10);
+        std::ifstream comm_in(entry.path() / "comm"), sched_in(entry.path() / "schedstat");
+        std::string comm;
+        double run_ns = 0;
+        if (!std::getline(comm_in, comm) || !(sched_in >> run_ns)) continue;  // the thread just exited
+        CpuRole role = kCpuOther;
+        if (tid == main_tid) role = kCpuClient;
+        else if (comm == "specd.compute" || comm == "specd.verifier" || comm == "specd.draft") role = kCpuCompute;
+        else if (comm == "specd.net") role = kCpuServerNet;
+        else if (comm.rfind("caf.", 0) == 0) role = kCpuActors;
+        out[tid] = {role, run_ns / 1e6};
+    }
+    return out;
+}
+
+// CPU ms per role between two snapshots (threads that started in between count from zero).
+std::array<double, kCpuRoles> cpu_between(const ThreadCpu& before, const ThreadCpu& after) {
+    std::array<double, kCpuRoles> ms{};
+    for (const auto& [tid, now] : after) {
+        const auto it = before.find(tid);
+        ms[now.first] += now.second - (it == before.end() ? 0.0 : it->second.second);
+    }
+    return ms;
+}
+
 struct Level {
     double tps = 0;
     Sample sample;
+    std::array<double, kCpuRoles> cpu_ms{};  // CPU time of the run by role
 };
 
 Level run_level(const Url& url, const std::string& key, int concurrency, int n, bool spec) {
     Level l;
     asio::io_context ioc(1);
+    const ThreadCpu cpu0 = thread_cpu();
     const double t0 = now_ms();
     for (int i = 0; i < concurrency; ++i) std::make_shared<LoadClient>(ioc, url, key, i, n, spec, l.sample)->start();
     ioc.run();
     l.tps = 1000.0 * static_cast<double>(l.sample.tokens) / (now_ms() - t0);
+    l.cpu_ms = cpu_between(cpu0, thread_cpu());
     return l;
 }
 
 
 // The same load through the embedding API, no sockets (EOS ends a request, as on the network paths).
 Level run_in_process(Runtime& runtime, int concurrency, int n, bool spec) {
+    const ThreadCpu cpu0 = thread_cpu();
     LoadResult r = run_load(runtime, concurrency, n, spec, /*ignore_eos=*/false);
     Level l;
+    l.cpu_ms = cpu_between(cpu0, thread_cpu());
     l.tps = r.tokens_per_s;
     l.sample.ttft_ms = std::move(r.ttft_ms);
     l.sample.itl_ms = std::move(r.itl_ms);
@@ -287,12 +366,14 @@ void run_bench_net(const std::string& url_text, const std::string& target, const
             else (void)run_level(urls[static_cast<size_t>(path)], api_key, 1, 8, spec != 0);
         }
     }
+    std::vector<std::string> cpu_rows;  // the CPU table, printed after the main one
     for (int c : levels) {
         for (int spec = 1; spec >= 0; --spec) {
             // Rounds: every path once per round, so that the machine's drift
             // between rounds falls on all paths alike.
             std::vector<std::vector<double>> tps(n_paths), ttft_p50(n_paths);
             std::vector<Sample> pooled(n_paths);
+            std::vector<std::array<double, kCpuRoles>> cpu(n_paths);  // summed over the rounds
             for (int r = 0; r < reps; ++r) {
                 for (int path = first; path < static_cast<int>(urls.size()); ++path) {
                     const size_t slot = static_cast<size_t>(path - first);
@@ -301,6 +382,7 @@ void run_bench_net(const std::string& url_text, const std::string& target, const
                     tps[slot].push_back(l.tps);
                     ttft_p50[slot].push_back(percentile(l.sample.ttft_ms, 0.5));
                     merge(pooled[slot], l.sample);
+                    for (int role = 0; role < kCpuRoles; ++role) cpu[slot][role] += l.cpu_ms[role];
                 }
             }
             for (int path = first; path < static_cast<int>(urls.size()); ++path) {
@@ -321,9 +403,30 @@ void run_bench_net(const std::string& url_text, const std::string& target, const
                 }
                 std::printf("\n");
                 std::fflush(stdout);
+                std::string row = "| " + std::string(name) + " | " + std::to_string(c) + " | " + (spec ? "on" : "off") + " |";
+                double total = 0;
+                for (int role = 0; role < kCpuRoles; ++role) {
+                    const double per_k = all.tokens > 0 ? 1000.0 * cpu[slot][role] / static_cast<double>(all.tokens) : 0.0;
+                    total += per_k;
+                    char cell[32];
+                    std::snprintf(cell, sizeof(cell), " %.1f |", per_k);
+                    row += cell;
+                }
+                char cell[32];
+                std::snprintf(cell, sizeof(cell), " %.1f |", total);
+                cpu_rows.push_back(row + cell);
             }
         }
     }
+    // CPU time by thread role, per 1,000 tokens, over all rounds: what each
+    // path costs the machine, apart from the noise that moves tokens/s.
+    std::printf("\nCPU ms per 1000 tokens by thread role (this process; the main thread runs the load clients):\n\n"
+                "| path | concurrency | spec |");
+    for (const char* role : kCpuRoleNames) std::printf(" %s |", role);
+    std::printf(" all |\n| --- | ---: | --- |");
+    for (int role = 0; role <= kCpuRoles; ++role) std::printf(" ---: |");
+    std::printf("\n");
+    for (const std::string& row : cpu_rows) std::printf("%s\n", row.c_str());
     if (server) server->stop();
 }
 

@@ -1,0 +1,68 @@
+// The hand-written JSON of WebSocket token frames (net/api.cpp) against a
+// real JSON parser: every field must come back as it went in, whatever the
+// token text holds.
+#include <catch2/catch.hpp>
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "net/api.h"
+
+using nlohmann::json;
+using specd::token_event;
+using specd::net::append_json_string;
+using specd::net::chat_chunk;
+using specd::net::completion_chunk;
+using specd::net::content_chunk_json;
+using specd::net::ws_token_frame;
+
+TEST_CASE("append_json_string: every ASCII byte and multi-byte UTF-8 text survive a JSON parser", "[net][api]") {
+    std::string text;
+    for (int c = 1; c < 128; ++c) text += static_cast<char>(c);
+    text += "\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80";  // é € 😀
+    std::string literal;
+    append_json_string(literal, text);
+    CHECK(json::parse(literal).get<std::string>() == text);
+    // Control characters never appear raw (JSON forbids them in strings).
+    for (char c : literal) CHECK(static_cast<unsigned char>(c) >= 0x20);
+
+    std::string empty;
+    append_json_string(empty, "");
+    CHECK(empty == "\"\"");
+}
+
+TEST_CASE("ws_token_frame: parses as the documented token frame, with quotes, backslashes and newlines in id and text", "[net][api]") {
+    token_event e;
+    e.id = "client \"7\"\\a";
+    e.text = " said \"hi\"\n\tand\\left \xe2\x82\xac";
+    e.tokens = {727, 0, 31999};
+    e.from_draft = {0, 1, 1};
+    const std::string frame = ws_token_frame(e);
+    const json f = json::parse(frame);
+    CHECK(f.size() == 5);
+    CHECK(f["type"] == "token");
+    CHECK(f["id"] == e.id);
+    CHECK(f["text"] == e.text);
+    CHECK(f["token_ids"] == json::array({727, 0, 31999}));
+    CHECK(f["from_draft"] == json::array({false, true, true}));
+    // The documented key order: type first, so a reader can tell frames apart by their start.
+    CHECK(frame.rfind(R"({"type":"token","id":)", 0) == 0);
+
+    token_event none;
+    none.id = "x";
+    const json g = json::parse(ws_token_frame(none));
+    CHECK(g["token_ids"].empty());
+    CHECK(g["from_draft"].empty());
+    CHECK(g["text"] == "");
+}
+
+TEST_CASE("content_chunk_json: the same JSON as the completion and chat chunk objects, in OpenAI's key order", "[net][api]") {
+    const std::string id = "cmpl-1\"x", model = "stories15M \\ f32", text = "Once\nupon \"a\" time \xe2\x82\xac";
+    const std::string completion = content_chunk_json(false, id, model, 1733390000, text);
+    CHECK(json::parse(completion) == completion_chunk(id, model, 1733390000, text, ""));
+    CHECK(completion.rfind(R"({"id":)", 0) == 0);
+    const std::string chat = content_chunk_json(true, id, model, 1733390000, text);
+    CHECK(json::parse(chat) == chat_chunk(id, model, 1733390000, nullptr, &text, ""));
+    CHECK(json::parse(chat)["choices"][0]["delta"]["content"] == text);
+}
