@@ -29,7 +29,7 @@ public:
     }
     int64_t kv_memory_bytes(int64_t host_bytes) const override { return host_bytes; }
     size_t kv_block_bytes(const KvCacheShape& shape) const override {
-        return 2 * static_cast<size_t>(shape.n_layers) * shape.block_size * shape.kv_dim * sizeof(float);
+        return PagedKvCache::block_bytes(shape);
     }
     std::string name() const override { return "cpu"; }
 

@@ -1623,14 +1623,18 @@ std::shared_ptr<RuntimeShared> build_shared(caf::actor_system& system, const Run
     {
         size_t block_bytes = 0;
         int32_t shape_blocks = 0, block_size = 1;
+        // The config validated the name (f16 or f32); a GPU keeps its own 16-bit pools.
+        const TensorType kv_type = tensor_type_from_name(config.kv_cache_type).value_or(TensorType::F16);
         if (rt->target) {
             rt->target_shape = ForwardBackend::kv_shape_for(*rt->target, rt->n_ctx, config.max_sequences);
+            rt->target_shape.type = kv_type;
             block_bytes += rt->backends->kv_block_bytes(rt->target_shape);
             shape_blocks = rt->target_shape.n_blocks;
             block_size = rt->target_shape.block_size;
         }
         if (rt->draft) {
             rt->draft_shape = ForwardBackend::kv_shape_for(*rt->draft, rt->n_ctx, config.max_sequences);
+            rt->draft_shape.type = kv_type;
             block_bytes += rt->backends->kv_block_bytes(rt->draft_shape);
             if (!rt->target) {
                 shape_blocks = rt->draft_shape.n_blocks;

@@ -91,6 +91,10 @@ const std::vector<Entry>& entries() {
         add({.key = "kv_cache_ratio", .env = "KV_CACHE_RATIO", .flag = "--kv-cache-ratio",
              .help = "share of the memory budget the KV pools may take", .kind = Kind::number, .min = 0.01, .max = 1.0},
             &RuntimeConfig::kv_cache_ratio);
+        add({.key = "kv_cache_type", .env = "SPECD_KV_CACHE_TYPE", .flag = "--cache-type",
+             .help = "element type of the CPU's KV cache: f16 (half the memory) or f32 (exact); a GPU stores 16 bits either way",
+             .kind = Kind::choice, .choices = {"f16", "f32"}},
+            &RuntimeConfig::kv_cache_type);
         add({.key = "memory_budget_bytes", .env = "SPECD_MEMORY_BUDGET", .flag = "--memory-budget",
              .help = "memory budget in bytes (0: available RAM; on a GPU the VRAM free after the weights)", .kind = Kind::integer, .min = 0, .max = 9.0e15},
             &RuntimeConfig::memory_budget_bytes);

@@ -53,6 +53,9 @@ struct RuntimeConfig {
     int32_t max_sequences = 64;        // "max_sessions" / SPECD_MAX_SESSIONS: requests decoding at once (KV sequence slots)
     int32_t max_waiting = 256;         // "queue_length" / SPECD_QUEUE_LENGTH: requests queued for KV blocks before new ones are refused
     double kv_cache_ratio = 0.85;      // "kv_cache_ratio" / KV_CACHE_RATIO: share of the memory budget the KV pools may take
+    std::string kv_cache_type = "f16"; // "kv_cache_type" / SPECD_KV_CACHE_TYPE: element type of the CPU's KV pools: f16
+                                       //   (as llama.cpp's default: twice the positions per budget, faster at many
+                                       //   sessions) or f32 (exact); a GPU stores 16-bit keys and values either way
     int64_t memory_budget_bytes = 0;   // "memory_budget_bytes" / SPECD_MEMORY_BUDGET: 0: the machine's available RAM
     int32_t threads_target = 0;        // "threads" / SPECD_THREADS: target compute threads; 0: all hardware threads
     int32_t threads_draft = 0;         // "threads_draft" / SPECD_THREADS_DRAFT: draft compute threads (its own pool); 0: as many as the target's in a pool of its own when both fit the machine's hardware threads, else the target's pool, shared (the phases take turns)

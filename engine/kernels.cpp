@@ -378,13 +378,43 @@ void axpy_f32(Isa isa, float alpha, const float* x, float* y, int64_t n) {
     for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
 }
 
-void dot_rows_f32(Isa isa, const float* q, const float* k, int64_t ldk, int32_t rows, int64_t n, float scale, float* out) {
+namespace {
+
+// One stored key/value element (F32 or F16) as f32.
+float kv_element(TensorType kv_type, const void* row, int64_t i) {
+    return kv_type == TensorType::F16 ? fp16_to_fp32(static_cast<const uint16_t*>(row)[i]) : static_cast<const float*>(row)[i];
+}
+
+size_t kv_element_bytes(TensorType kv_type) { return kv_type == TensorType::F16 ? 2 : 4; }
+
+void check_kv_type(TensorType kv_type) {
+    if (kv_type != TensorType::F32 && kv_type != TensorType::F16) {
+        throw Error(std::string("attention kernels: keys and values must be f32 or f16, not ") + tensor_type_name(kv_type));
+    }
+}
+
+}  // namespace
+
+void dot_rows(Isa isa, TensorType kv_type, const float* q, const void* k, int64_t ldk, int32_t rows, int64_t n, float scale,
+              float* out) {
+    check_kv_type(kv_type);
     switch (isa) {
-        case Isa::Avx512: kern::dot_rows_f32_avx512(q, k, ldk, rows, n, scale, out); return;
-        case Isa::Avx2: kern::dot_rows_f32_avx2(q, k, ldk, rows, n, scale, out); return;
+        case Isa::Avx512: kern::dot_rows_avx512(kv_type, q, k, ldk, rows, n, scale, out); return;
+        case Isa::Avx2: kern::dot_rows_avx2(kv_type, q, k, ldk, rows, n, scale, out); return;
         case Isa::Scalar: break;
     }
-    for (int32_t j = 0; j < rows; ++j) out[j] = dot_f32(Isa::Scalar, q, k + j * ldk, n) * scale;
+    const auto* kb = static_cast<const unsigned char*>(k);
+    const size_t row_bytes = static_cast<size_t>(ldk) * kv_element_bytes(kv_type);
+    for (int32_t j = 0; j < rows; ++j) {
+        const void* row = kb + j * row_bytes;
+        float sum = 0.0f;  // dot_f32's scalar order
+        for (int64_t i = 0; i < n; ++i) sum += q[i] * kv_element(kv_type, row, i);
+        out[j] = sum * scale;
+    }
+}
+
+void dot_rows_f32(Isa isa, const float* q, const float* k, int64_t ldk, int32_t rows, int64_t n, float scale, float* out) {
+    dot_rows(isa, TensorType::F32, q, k, ldk, rows, n, scale, out);
 }
 
 float exp_shift_sum_f32(Isa isa, float* x, int64_t n, float shift) {
@@ -401,13 +431,40 @@ float exp_shift_sum_f32(Isa isa, float* x, int64_t n, float shift) {
     return sum;
 }
 
-void weighted_rows_f32(Isa isa, const float* w, float w_scale, const float* v, int64_t ldv, int32_t rows, int64_t n, float* y) {
+void weighted_rows(Isa isa, TensorType kv_type, const float* w, float w_scale, const void* v, int64_t ldv, int32_t rows,
+                   int64_t n, float* y) {
+    check_kv_type(kv_type);
     switch (isa) {
-        case Isa::Avx512: kern::weighted_rows_f32_avx512(w, w_scale, v, ldv, rows, n, y); return;
-        case Isa::Avx2: kern::weighted_rows_f32_avx2(w, w_scale, v, ldv, rows, n, y); return;
+        case Isa::Avx512: kern::weighted_rows_avx512(kv_type, w, w_scale, v, ldv, rows, n, y); return;
+        case Isa::Avx2: kern::weighted_rows_avx2(kv_type, w, w_scale, v, ldv, rows, n, y); return;
         case Isa::Scalar: break;
     }
-    for (int32_t j = 0; j < rows; ++j) axpy_f32(Isa::Scalar, w[j] * w_scale, v + j * ldv, y, n);
+    const auto* vb = static_cast<const unsigned char*>(v);
+    const size_t row_bytes = static_cast<size_t>(ldv) * kv_element_bytes(kv_type);
+    for (int32_t j = 0; j < rows; ++j) {
+        const float a = w[j] * w_scale;
+        const void* row = vb + j * row_bytes;
+        for (int64_t i = 0; i < n; ++i) y[i] += a * kv_element(kv_type, row, i);  // axpy_f32's scalar order
+    }
+}
+
+void weighted_rows_f32(Isa isa, const float* w, float w_scale, const float* v, int64_t ldv, int32_t rows, int64_t n, float* y) {
+    weighted_rows(isa, TensorType::F32, w, w_scale, v, ldv, rows, n, y);
+}
+
+void store_kv_row(Isa isa, TensorType kv_type, const float* src, void* dst, int64_t n) {
+    check_kv_type(kv_type);
+    if (kv_type == TensorType::F32) {
+        std::copy(src, src + n, static_cast<float*>(dst));
+        return;
+    }
+    uint16_t* h = static_cast<uint16_t*>(dst);
+    switch (isa) {
+        case Isa::Avx512: kern::store_row_f16_avx512(src, h, n); return;
+        case Isa::Avx2: kern::store_row_f16_avx2(src, h, n); return;
+        case Isa::Scalar: break;
+    }
+    for (int64_t i = 0; i < n; ++i) h[i] = fp32_to_fp16(src[i]);
 }
 
 void silu_mul_f32(Isa isa, float* g, const float* u, int64_t n) {

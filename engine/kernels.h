@@ -119,14 +119,24 @@ void matmul(Isa isa, TensorType type, const void* W, const PreparedInput& x, flo
 float dot_f32(Isa isa, const float* a, const float* b, int64_t n);
 void axpy_f32(Isa isa, float alpha, const float* x, float* y, int64_t n);  // y += alpha*x
 // Attention over one KV block, one call per block instead of per position:
-// out[j] = scale * dot(q, k + j*ldk, n) for j < rows (q (n), k (rows, ldk)).
+// out[j] = scale * dot(q, k + j*ldk, n) for j < rows (q (n), k (rows, ldk)
+// elements of kv_type, F32 or F16; anything else throws specd::Error). An
+// f16 row gives exactly the f32 result on its values widened to f32.
+void dot_rows(Isa isa, TensorType kv_type, const float* q, const void* k, int64_t ldk, int32_t rows, int64_t n, float scale,
+              float* out);
 void dot_rows_f32(Isa isa, const float* q, const float* k, int64_t ldk, int32_t rows, int64_t n, float scale, float* out);
 // x[j] = exp(x[j] - shift) for j < n; returns their sum. The SIMD ISAs use a
 // polynomial (relative error < 4e-7 on the softmax range x - shift <= 0)
 // instead of std::exp, lane for lane the same whatever n.
 float exp_shift_sum_f32(Isa isa, float* x, int64_t n, float shift);
-// y (n) += sum over j < rows, in order, of (w[j] * w_scale) * v[j*ldv .. +n].
+// y (n) += sum over j < rows, in order, of (w[j] * w_scale) * v[j*ldv .. +n]
+// (v (rows, ldv) elements of kv_type, F32 or F16, as dot_rows).
+void weighted_rows(Isa isa, TensorType kv_type, const float* w, float w_scale, const void* v, int64_t ldv, int32_t rows,
+                   int64_t n, float* y);
 void weighted_rows_f32(Isa isa, const float* w, float w_scale, const float* v, int64_t ldv, int32_t rows, int64_t n, float* y);
+// dst (n elements of kv_type) = src (n) f32: a copy, or f16 rounded to
+// nearest even (the same bits on every ISA).
+void store_kv_row(Isa isa, TensorType kv_type, const float* src, void* dst, int64_t n);
 // SwiGLU's gate: g[i] = silu(g[i]) * u[i] = g[i] / (1 + exp(-g[i])) * u[i],
 // with the SIMD ISAs' polynomial exp.
 void silu_mul_f32(Isa isa, float* g, const float* u, int64_t n);

@@ -16,8 +16,10 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <type_traits>
+#include <vector>
 
 #include "engine/kernels_internal.h"
 
@@ -430,8 +432,35 @@ void axpy_f32_avx2(float alpha, const float* x, float* y, int64_t n) {
     for (; i < n; ++i) y[i] += alpha * x[i];
 }
 
-void dot_rows_f32_avx2(const float* q, const float* k, int64_t ldk, int32_t rows, int64_t n, float scale, float* out) {
-    for (int32_t j = 0; j < rows; ++j) out[j] = dot_f32_avx2(q, k + j * ldk, n) * scale;
+void dot_rows_avx2(TensorType kv_type, const float* q, const void* k, int64_t ldk, int32_t rows, int64_t n, float scale,
+                   float* out) {
+    if (kv_type == TensorType::F32) {
+        const float* kf = static_cast<const float*>(k);
+        for (int32_t j = 0; j < rows; ++j) out[j] = dot_f32_avx2(q, kf + j * ldk, n) * scale;
+        return;
+    }
+    // f16 keys: each row widened to f32 (exactly), then the f32 product, so
+    // the sums are the f32 kernel's on the rounded keys.
+    const uint16_t* kh = static_cast<const uint16_t*>(k);
+    constexpr int64_t kStack = 512;
+    alignas(32) float stack_row[kStack];
+    std::vector<float> heap_row(n > kStack ? static_cast<size_t>(n) : 0);
+    float* row = n > kStack ? heap_row.data() : stack_row;
+    for (int32_t j = 0; j < rows; ++j) {
+        const uint16_t* src = kh + j * ldk;
+        int64_t i = 0;
+        for (; i + 8 <= n; i += 8) _mm256_store_ps(row + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
+        for (; i < n; ++i) row[i] = fp16_to_fp32(src[i]);
+        out[j] = dot_f32_avx2(q, row, n) * scale;
+    }
+}
+
+void store_row_f16_avx2(const float* src, uint16_t* dst, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+    }
+    for (; i < n; ++i) dst[i] = fp32_to_fp16(src[i]);
 }
 
 namespace {
@@ -495,7 +524,10 @@ void silu_mul_f32_avx2(float* g, const float* u, int64_t n) {
     }
 }
 
-void weighted_rows_f32_avx2(const float* w, float w_scale, const float* v, int64_t ldv, int32_t rows, int64_t n, float* y) {
+namespace {
+
+template <TensorType T>
+void weighted_rows(const float* w, float w_scale, const unsigned char* v, int64_t ldv_bytes, int32_t rows, int64_t n, float* y) {
     // 32 outputs stay in registers across all rows; a scalar tail below 8.
     int64_t i = 0;
     for (; i + 32 <= n; i += 32) {
@@ -503,21 +535,32 @@ void weighted_rows_f32_avx2(const float* w, float w_scale, const float* v, int64
         for (int c = 0; c < 4; ++c) acc[c] = _mm256_loadu_ps(y + i + 8 * c);
         for (int32_t j = 0; j < rows; ++j) {
             const __m256 a = _mm256_set1_ps(w[j] * w_scale);
-            const float* vr = v + j * ldv + i;
-            for (int c = 0; c < 4; ++c) acc[c] = _mm256_fmadd_ps(a, _mm256_loadu_ps(vr + 8 * c), acc[c]);
+            const unsigned char* vr = v + j * ldv_bytes;
+            for (int c = 0; c < 4; ++c) acc[c] = _mm256_fmadd_ps(a, load_w8<T>(vr, i + 8 * c), acc[c]);
         }
         for (int c = 0; c < 4; ++c) _mm256_storeu_ps(y + i + 8 * c, acc[c]);
     }
     for (; i + 8 <= n; i += 8) {
         __m256 acc = _mm256_loadu_ps(y + i);
-        for (int32_t j = 0; j < rows; ++j) acc = _mm256_fmadd_ps(_mm256_set1_ps(w[j] * w_scale), _mm256_loadu_ps(v + j * ldv + i), acc);
+        for (int32_t j = 0; j < rows; ++j) acc = _mm256_fmadd_ps(_mm256_set1_ps(w[j] * w_scale), load_w8<T>(v + j * ldv_bytes, i), acc);
         _mm256_storeu_ps(y + i, acc);
     }
     for (; i < n; ++i) {
+        // std::fma, as the vector lanes: left to the compiler, contraction
+        // could differ between the f32 and f16 instantiations.
         float acc = y[i];
-        for (int32_t j = 0; j < rows; ++j) acc += w[j] * w_scale * v[j * ldv + i];
+        for (int32_t j = 0; j < rows; ++j) acc = std::fma(w[j] * w_scale, load_w1<T>(v + j * ldv_bytes, i), acc);
         y[i] = acc;
     }
+}
+
+}  // namespace
+
+void weighted_rows_avx2(TensorType kv_type, const float* w, float w_scale, const void* v, int64_t ldv, int32_t rows,
+                        int64_t n, float* y) {
+    const auto* vb = static_cast<const unsigned char*>(v);
+    if (kv_type == TensorType::F16) return weighted_rows<TensorType::F16>(w, w_scale, vb, ldv * 2, rows, n, y);
+    weighted_rows<TensorType::F32>(w, w_scale, vb, ldv * 4, rows, n, y);
 }
 
 void dequantize_row_avx2(TensorType type, const void* src, float* dst, int64_t n) {

@@ -751,7 +751,13 @@ void axpy_f32_avx512(float alpha, const float* x, float* y, int64_t n) {
     }
 }
 
-void dot_rows_f32_avx512(const float* q, const float* k, int64_t ldk, int32_t rows, int64_t n, float scale, float* out) {
+namespace {
+
+// Keys stored as T (F32 or F16): each key element becomes the f32 the f32
+// kernel would load, so an f16 cache gives the f32 kernel's bits on the
+// rounded keys.
+template <TensorType T>
+void dot_rows(const float* q, const unsigned char* k, int64_t ldk_bytes, int32_t rows, int64_t n, float scale, float* out) {
     // Eight rows at a time, one accumulator each, and one reduce8 for the
     // eight sums (a third of the shuffles of eight single reductions). A
     // short last group leaves its missing rows at zero, so every row's sum
@@ -767,12 +773,21 @@ void dot_rows_f32_avx512(const float* q, const float* k, int64_t ldk, int32_t ro
             const __m512 qv = _mm512_maskz_loadu_ps(m, q + c);
             SPECD_UNROLL
             for (int r = 0; r < 8; ++r) {
-                if (r < nr) acc[r] = _mm512_fmadd_ps(qv, _mm512_maskz_loadu_ps(m, k + (j0 + r) * ldk + c), acc[r]);
+                if (r < nr) acc[r] = _mm512_fmadd_ps(qv, load_w16_mask<T>(k + (j0 + r) * ldk_bytes, c, m), acc[r]);
             }
         }
         const __m256 sums = _mm256_mul_ps(reduce8(acc[0], acc[1], acc[2], acc[3], acc[4], acc[5], acc[6], acc[7]), vscale);
         _mm256_mask_storeu_ps(out + j0, static_cast<__mmask8>((1u << nr) - 1u), sums);
     }
+}
+
+}  // namespace
+
+void dot_rows_avx512(TensorType kv_type, const float* q, const void* k, int64_t ldk, int32_t rows, int64_t n, float scale,
+                     float* out) {
+    const auto* kb = static_cast<const unsigned char*>(k);
+    if (kv_type == TensorType::F16) return dot_rows<TensorType::F16>(q, kb, ldk * 2, rows, n, scale, out);
+    dot_rows<TensorType::F32>(q, kb, ldk * 4, rows, n, scale, out);
 }
 
 namespace {
@@ -816,7 +831,10 @@ void silu_mul_f32_avx512(float* g, const float* u, int64_t n) {
     }
 }
 
-void weighted_rows_f32_avx512(const float* w, float w_scale, const float* v, int64_t ldv, int32_t rows, int64_t n, float* y) {
+namespace {
+
+template <TensorType T>
+void weighted_rows(const float* w, float w_scale, const unsigned char* v, int64_t ldv_bytes, int32_t rows, int64_t n, float* y) {
     // Up to 64 outputs stay in registers across all rows.
     for (int64_t i = 0; i < n; i += 64) {
         __m512 acc[4];
@@ -828,14 +846,31 @@ void weighted_rows_f32_avx512(const float* w, float w_scale, const float* v, int
         }
         for (int32_t j = 0; j < rows; ++j) {
             const __m512 a = _mm512_set1_ps(w[j] * w_scale);
-            const float* vr = v + j * ldv + i;
+            const unsigned char* vr = v + j * ldv_bytes;
             SPECD_UNROLL
             for (int c = 0; c < 4; ++c) {
-                if (mask[c]) acc[c] = _mm512_fmadd_ps(a, _mm512_maskz_loadu_ps(mask[c], vr + 16 * c), acc[c]);
+                if (mask[c]) acc[c] = _mm512_fmadd_ps(a, load_w16_mask<T>(vr, i + 16 * c, mask[c]), acc[c]);
             }
         }
         SPECD_UNROLL
         for (int c = 0; c < 4; ++c) _mm512_mask_storeu_ps(y + i + 16 * c, mask[c], acc[c]);
+    }
+}
+
+}  // namespace
+
+void weighted_rows_avx512(TensorType kv_type, const float* w, float w_scale, const void* v, int64_t ldv, int32_t rows,
+                          int64_t n, float* y) {
+    const auto* vb = static_cast<const unsigned char*>(v);
+    if (kv_type == TensorType::F16) return weighted_rows<TensorType::F16>(w, w_scale, vb, ldv * 2, rows, n, y);
+    weighted_rows<TensorType::F32>(w, w_scale, vb, ldv * 4, rows, n, y);
+}
+
+void store_row_f16_avx512(const float* src, uint16_t* dst, int64_t n) {
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 m = tail_mask(n - i);
+        const __m256i h = _mm512_cvtps_ph(_mm512_maskz_loadu_ps(m, src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        _mm256_mask_storeu_epi16(dst + i, m, h);
     }
 }
 

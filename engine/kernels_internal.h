@@ -67,12 +67,18 @@ float dot_f32_avx2(const float* a, const float* b, int64_t n);
 float dot_f32_avx512(const float* a, const float* b, int64_t n);
 void axpy_f32_avx2(float alpha, const float* x, float* y, int64_t n);
 void axpy_f32_avx512(float alpha, const float* x, float* y, int64_t n);
-void dot_rows_f32_avx2(const float* q, const float* k, int64_t ldk, int32_t rows, int64_t n, float scale, float* out);
-void dot_rows_f32_avx512(const float* q, const float* k, int64_t ldk, int32_t rows, int64_t n, float scale, float* out);
+void dot_rows_avx2(TensorType kv_type, const float* q, const void* k, int64_t ldk, int32_t rows, int64_t n, float scale,
+                   float* out);
+void dot_rows_avx512(TensorType kv_type, const float* q, const void* k, int64_t ldk, int32_t rows, int64_t n, float scale,
+                     float* out);
 float exp_shift_sum_f32_avx2(float* x, int64_t n, float shift);
 float exp_shift_sum_f32_avx512(float* x, int64_t n, float shift);
-void weighted_rows_f32_avx2(const float* w, float w_scale, const float* v, int64_t ldv, int32_t rows, int64_t n, float* y);
-void weighted_rows_f32_avx512(const float* w, float w_scale, const float* v, int64_t ldv, int32_t rows, int64_t n, float* y);
+void weighted_rows_avx2(TensorType kv_type, const float* w, float w_scale, const void* v, int64_t ldv, int32_t rows,
+                        int64_t n, float* y);
+void weighted_rows_avx512(TensorType kv_type, const float* w, float w_scale, const void* v, int64_t ldv, int32_t rows,
+                          int64_t n, float* y);
+void store_row_f16_avx2(const float* src, uint16_t* dst, int64_t n);
+void store_row_f16_avx512(const float* src, uint16_t* dst, int64_t n);
 void silu_mul_f32_avx2(float* g, const float* u, int64_t n);
 void silu_mul_f32_avx512(float* g, const float* u, int64_t n);
 void dequantize_row_avx2(TensorType type, const void* src, float* dst, int64_t n);

@@ -1,14 +1,17 @@
 #include "engine/kv_cache.h"
 
+#include <cstring>
 #include <string>
 
 #include "engine/error.h"
 
 namespace specd {
 
-size_t PagedKvCache::pool_bytes(const KvCacheShape& s) {
-    return 2 * static_cast<size_t>(s.n_blocks) * s.n_layers * s.block_size * s.kv_dim * sizeof(float);
+size_t PagedKvCache::block_bytes(const KvCacheShape& s) {
+    return 2 * static_cast<size_t>(s.n_layers) * s.block_size * s.kv_dim * tensor_type_block_bytes(s.type);
 }
+
+size_t PagedKvCache::pool_bytes(const KvCacheShape& s) { return static_cast<size_t>(s.n_blocks) * block_bytes(s); }
 
 PagedKvCache::PagedKvCache(const KvCacheShape& shape, KvStorage storage) : shape_(shape), storage_(storage) {
     if (shape.n_layers <= 0 || shape.kv_dim <= 0 || shape.block_size <= 0 || shape.n_blocks <= 0 ||
@@ -17,10 +20,12 @@ PagedKvCache::PagedKvCache(const KvCacheShape& shape, KvStorage storage) : shape
                     ", kv_dim " + std::to_string(shape.kv_dim) + ", block_size " + std::to_string(shape.block_size) +
                     ", blocks " + std::to_string(shape.n_blocks) + ")");
     }
-    const size_t floats = static_cast<size_t>(shape.n_blocks) * shape.n_layers * shape.block_size * shape.kv_dim;
+    if (shape.type != TensorType::F32 && shape.type != TensorType::F16) {
+        throw Error(std::string("KV cache: keys and values are stored as f32 or f16, not ") + tensor_type_name(shape.type));
+    }
     if (storage == KvStorage::Host) {
-        k_pool_.assign(floats, 0.0f);
-        v_pool_.assign(floats, 0.0f);
+        k_pool_.assign(pool_bytes(shape) / 2, 0);
+        v_pool_.assign(pool_bytes(shape) / 2, 0);
     }
     free_list_.reserve(static_cast<size_t>(shape.n_blocks));
     for (int32_t b = shape.n_blocks - 1; b >= 0; --b) free_list_.push_back(b);
@@ -97,6 +102,37 @@ void PagedKvCache::truncate(int32_t seq, int32_t n) {
     while (s.blocks.size() > keep) {
         free_list_.push_back(s.blocks.back());
         s.blocks.pop_back();
+    }
+}
+
+void PagedKvCache::read(const std::vector<unsigned char>& pool, int32_t seq, int32_t layer, int32_t pos, float* out) const {
+    const unsigned char* p = slot(pool, seq, layer, pos);
+    for (int32_t i = 0; i < shape_.kv_dim; ++i) {
+        if (shape_.type == TensorType::F16) {
+            uint16_t h;
+            std::memcpy(&h, p + 2 * i, 2);
+            out[i] = fp16_to_fp32(h);
+        } else {
+            std::memcpy(&out[i], p + 4 * i, 4);
+        }
+    }
+}
+
+void PagedKvCache::read_key(int32_t seq, int32_t layer, int32_t pos, float* out) const { read(k_pool_, seq, layer, pos, out); }
+void PagedKvCache::read_value(int32_t seq, int32_t layer, int32_t pos, float* out) const { read(v_pool_, seq, layer, pos, out); }
+
+void PagedKvCache::write(int32_t seq, int32_t layer, int32_t pos, const float* key, const float* value) {
+    unsigned char* k = slot(k_pool_, seq, layer, pos);
+    unsigned char* v = slot(v_pool_, seq, layer, pos);
+    for (int32_t i = 0; i < shape_.kv_dim; ++i) {
+        if (shape_.type == TensorType::F16) {
+            const uint16_t hk = fp32_to_fp16(key[i]), hv = fp32_to_fp16(value[i]);
+            std::memcpy(k + 2 * i, &hk, 2);
+            std::memcpy(v + 2 * i, &hv, 2);
+        } else {
+            std::memcpy(k + 4 * i, &key[i], 4);
+            std::memcpy(v + 4 * i, &value[i], 4);
+        }
     }
 }
 

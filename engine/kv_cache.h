@@ -10,6 +10,8 @@
 #include <span>
 #include <vector>
 
+#include "engine/tensor_type.h"
+
 namespace specd {
 
 struct KvCacheShape {
@@ -19,10 +21,16 @@ struct KvCacheShape {
     int32_t n_blocks = 0;        // blocks in the pool
     int32_t max_seq_len = 0;     // longest sequence (the context size)
     int32_t max_sequences = 64;  // sequence slots
+    // Element type of the host pools: F16 (the default, as llama.cpp's, and
+    // what the GPU backend stores) halves the memory, so a budget holds twice
+    // the positions, and the bytes attention reads: at 16 sequences it
+    // decodes 10-25% faster (docs/BENCHMARKS.md). F32 keeps keys and values
+    // exactly. Nothing else is accepted.
+    TensorType type = TensorType::F16;
 };
 
-// Where the keys and values live. Host: this object owns the f32 pools
-// (the CPU backend). None: block bookkeeping only; a device backend keeps
+// Where the keys and values live. Host: this object owns the pools, of
+// shape.type elements (the CPU backend). None: block bookkeeping only; a device backend keeps
 // the storage, indexed by the same block ids, and key()/value() must not be
 // called.
 enum class KvStorage { Host, None };
@@ -35,8 +43,11 @@ public:
     bool has_storage() const { return storage_ == KvStorage::Host; }
     // Blocks needed to hold n positions.
     int32_t blocks_for(int32_t n_positions) const { return (n_positions + shape_.block_size - 1) / shape_.block_size; }
-    // Bytes of the pool for a shape (K and V, f32).
+    // Bytes of one block (keys and values of every layer) and of the whole
+    // pool for a shape, in shape.type elements.
+    static size_t block_bytes(const KvCacheShape& shape);
     static size_t pool_bytes(const KvCacheShape& shape);
+    size_t element_bytes() const { return tensor_type_block_bytes(shape_.type); }
 
     // A new empty sequence; throws specd::Error when every slot is taken.
     int32_t create_sequence();
@@ -55,15 +66,20 @@ public:
     // Drops positions >= n and returns the blocks no longer needed.
     void truncate(int32_t seq, int32_t n);
 
-    // Key / value vectors (kv_dim floats) of one position; the position must
-    // be reserved.
-    float* key(int32_t seq, int32_t layer, int32_t pos) { return slot(k_pool_, seq, layer, pos); }
-    float* value(int32_t seq, int32_t layer, int32_t pos) { return slot(v_pool_, seq, layer, pos); }
-    const float* key(int32_t seq, int32_t layer, int32_t pos) const { return const_cast<PagedKvCache*>(this)->key(seq, layer, pos); }
-    const float* value(int32_t seq, int32_t layer, int32_t pos) const { return const_cast<PagedKvCache*>(this)->value(seq, layer, pos); }
-    // Block `b` of a sequence for one layer: (block_size, kv_dim) keys/values.
-    const float* key_block(int32_t seq, int32_t layer, int32_t b) const { return block(k_pool_, seq, layer, b); }
-    const float* value_block(int32_t seq, int32_t layer, int32_t b) const { return block(v_pool_, seq, layer, b); }
+    // Key / value vectors (kv_dim elements of shape().type) of one position;
+    // the position must be reserved. The forward pass writes them with
+    // store_kv_row (kernels.h).
+    void* key(int32_t seq, int32_t layer, int32_t pos) { return slot(k_pool_, seq, layer, pos); }
+    void* value(int32_t seq, int32_t layer, int32_t pos) { return slot(v_pool_, seq, layer, pos); }
+    // The same as f32 (kv_dim floats), and written from f32 (f16 rounds to
+    // nearest even): for tests and checks, not the hot path.
+    void read_key(int32_t seq, int32_t layer, int32_t pos, float* out) const;
+    void read_value(int32_t seq, int32_t layer, int32_t pos, float* out) const;
+    void write(int32_t seq, int32_t layer, int32_t pos, const float* key, const float* value);
+    // Block `b` of a sequence for one layer: (block_size, kv_dim) keys/values
+    // of shape().type.
+    const void* key_block(int32_t seq, int32_t layer, int32_t b) const { return block(k_pool_, seq, layer, b); }
+    const void* value_block(int32_t seq, int32_t layer, int32_t b) const { return block(v_pool_, seq, layer, b); }
 
     // The pool block ids of a sequence's blocks, in position order (block b
     // holds positions [b*block_size, (b+1)*block_size)); valid until the
@@ -80,23 +96,28 @@ private:
         int32_t length = 0;
         std::vector<int32_t> blocks;  // block table: pool index per block, capacity max blocks per sequence
     };
+    // Byte offset of (pool block, layer) in a pool.
     size_t block_offset(int32_t pool_block, int32_t layer) const {
-        return (static_cast<size_t>(pool_block) * shape_.n_layers + layer) * shape_.block_size * shape_.kv_dim;
+        return (static_cast<size_t>(pool_block) * shape_.n_layers + layer) * shape_.block_size * shape_.kv_dim * element_bytes();
     }
-    float* slot(std::vector<float>& pool, int32_t seq, int32_t layer, int32_t pos) {
+    unsigned char* slot(std::vector<unsigned char>& pool, int32_t seq, int32_t layer, int32_t pos) {
         const Sequence& s = seqs_[static_cast<size_t>(seq)];
         const int32_t b = s.blocks[static_cast<size_t>(pos / shape_.block_size)];
-        return pool.data() + block_offset(b, layer) + static_cast<size_t>(pos % shape_.block_size) * shape_.kv_dim;
+        return pool.data() + block_offset(b, layer) + static_cast<size_t>(pos % shape_.block_size) * shape_.kv_dim * element_bytes();
     }
-    const float* block(const std::vector<float>& pool, int32_t seq, int32_t layer, int32_t b) const {
+    const unsigned char* slot(const std::vector<unsigned char>& pool, int32_t seq, int32_t layer, int32_t pos) const {
+        return const_cast<PagedKvCache*>(this)->slot(const_cast<std::vector<unsigned char>&>(pool), seq, layer, pos);
+    }
+    const unsigned char* block(const std::vector<unsigned char>& pool, int32_t seq, int32_t layer, int32_t b) const {
         return pool.data() + block_offset(seqs_[static_cast<size_t>(seq)].blocks[static_cast<size_t>(b)], layer);
     }
+    void read(const std::vector<unsigned char>& pool, int32_t seq, int32_t layer, int32_t pos, float* out) const;
     Sequence& checked(int32_t seq);
 
     KvCacheShape shape_;
     KvStorage storage_;
-    std::vector<float> k_pool_;  // (n_blocks, n_layers, block_size, kv_dim); empty without host storage
-    std::vector<float> v_pool_;  // (n_blocks, n_layers, block_size, kv_dim); empty without host storage
+    std::vector<unsigned char> k_pool_;  // (n_blocks, n_layers, block_size, kv_dim) of shape.type; empty without host storage
+    std::vector<unsigned char> v_pool_;  // (n_blocks, n_layers, block_size, kv_dim) of shape.type; empty without host storage
     std::vector<int32_t> free_list_;  // pool indices of free blocks (stack)
     std::vector<Sequence> seqs_;      // (max_sequences)
     std::vector<int32_t> free_slots_; // unused sequence ids (stack)

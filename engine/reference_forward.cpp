@@ -7,7 +7,8 @@
 
 namespace specd {
 
-ReferenceForward::ReferenceForward(const LlamaModel& model, int32_t n_ctx) : model_(model), n_ctx_(n_ctx) {
+ReferenceForward::ReferenceForward(const LlamaModel& model, int32_t n_ctx, TensorType kv_type)
+    : model_(model), n_ctx_(n_ctx), kv_type_(kv_type) {
     const LlamaHparams& hp = model.hparams();
     const size_t dim = static_cast<size_t>(hp.dim), kv = static_cast<size_t>(hp.kv_dim());
     x_.resize(dim);
@@ -72,6 +73,12 @@ const std::vector<float>& ReferenceForward::step(int32_t token) {
         matvec(L.wv, xb_.data(), vc);
         rope(q_.data(), hp.n_heads);
         rope(kc, hp.n_kv_heads);
+        if (kv_type_ == TensorType::F16) {
+            for (int32_t i = 0; i < kvd; ++i) {
+                kc[i] = fp16_to_fp32(fp32_to_fp16(kc[i]));
+                vc[i] = fp16_to_fp32(fp32_to_fp16(vc[i]));
+            }
+        }
         for (int32_t h = 0; h < hp.n_heads; ++h) {
             const float* q = &q_[static_cast<size_t>(h) * hd];
             const size_t kv_off = static_cast<size_t>(h / group) * hd;

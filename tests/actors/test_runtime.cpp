@@ -5,6 +5,7 @@
 // errors; a failed draft or verifier must not take the runtime down.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <map>
@@ -12,6 +13,7 @@
 #include <mutex>
 #include <stdexcept>
 #include <thread>
+#include <tuple>
 
 #include "actors/runtime.h"
 #include "engine/generate.h"
@@ -319,9 +321,10 @@ TEST_CASE("cancel mid-stream and a killed session both free every block", "[runt
 
 TEST_CASE("KV exhaustion: requests beyond the pool wait in the queue or are refused, none deadlocks", "[runtime][faults]") {
     RuntimeConfig c = test_config(false);
-    // Room for exactly two full contexts of target KV: 256 positions x 6 layers x 288 x 2 x 4 B = 3.5 MiB each.
+    // Room for exactly two full contexts of target KV: 256 positions x 6 layers x 288 x 2 (K and V) x 2 B (f16,
+    // the default kv_cache_type) = 1.7 MiB each.
     c.kv_cache_ratio = 1.0;
-    c.memory_budget_bytes = 2 * 256 * 6 * 288 * 2 * 4;
+    c.memory_budget_bytes = 2 * 256 * 6 * 288 * 2 * 2;
     c.max_waiting = 2;
     StandaloneRuntime host(c);
     Runtime& rt = host.runtime();
@@ -350,6 +353,40 @@ TEST_CASE("KV exhaustion: requests beyond the pool wait in the queue or are refu
     generate_request too_big = greedy_request("big", "Once upon a time", 240);
     too_big.speculative = 0;
     require_pool_empty(rt);
+}
+
+TEST_CASE("KV cache types: a budget holds twice the blocks in f16 as in f32, and speculative greedy output equals "
+          "plain greedy decoding on either",
+          "[runtime]") {
+    auto model = test::load("stories15M-f32.gguf");
+    ThreadPool pool(2);
+    ForwardPass fwd(*model, pool);
+    for (const auto& [type_name, type, blocks] : {std::tuple{"f16", TensorType::F16, 64}, std::tuple{"f32", TensorType::F32, 32}}) {
+        INFO("kv_cache_type " << type_name);
+        RuntimeConfig c = test_config(false);  // the n-gram proposer
+        c.kv_cache_ratio = 1.0;
+        c.memory_budget_bytes = 2 * 256 * 6 * 288 * 2 * 4;  // two full contexts in f32
+        c.kv_cache_type = type_name;
+        StandaloneRuntime host(c);
+        Runtime& rt = host.runtime();
+        CHECK(rt.stats().kv_target_blocks == blocks);
+        KvCacheShape shape = fwd.kv_shape(model->hparams().n_ctx_train, 1);
+        shape.type = type;
+        PagedKvCache kv(shape);
+        for (const std::string& prompt : {kPrompts[2], kPrompts[4]}) {
+            PlainDecoder plain(fwd, kv);
+            GenerationParams gp;
+            gp.max_tokens = 60;
+            gp.sampling.temperature = 0.0f;
+            const std::vector<int32_t> expected = plain.generate(model->tokenizer().encode(prompt, true), gp).tokens;
+            const GenerateResult g = rt.generate(greedy_request("h", prompt, 60));
+            REQUIRE(g.ok);
+            INFO(prompt);
+            CHECK(g.tokens == expected);
+            CHECK(std::count(g.from_draft.begin(), g.from_draft.end(), uint8_t{1}) > 0);  // speculation did take part
+        }
+        require_pool_empty(rt);
+    }
 }
 
 TEST_CASE("bad requests get typed error events, not exceptions", "[runtime][faults]") {

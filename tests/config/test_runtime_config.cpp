@@ -288,6 +288,8 @@ TEST_CASE("bad values stop loading with one line naming key, value, source and w
         const std::string m = one_line(error_of([] { ConfigLoader().load_environment(env_of({{"SPECD_LOG_FORMAT", "yaml"}})); }));
         CHECK_THAT(m, Contains("log_format = yaml (from env SPECD_LOG_FORMAT): must be one of text, json"));
         CHECK_THAT(error_of([] { ConfigLoader().set("log_level", "verbose", "flag --log-level"); }), Contains("one of trace, debug"));
+        CHECK_THAT(one_line(error_of([] { ConfigLoader().load_environment(env_of({{"SPECD_KV_CACHE_TYPE", "q8_0"}})); })),
+                   Contains("kv_cache_type = q8_0 (from env SPECD_KV_CACHE_TYPE): must be one of f16, f32"));
     }
     SECTION("a sha256 that is not 64 hex digits") {
         for (const std::string& bad : {std::string(63, 'a'), std::string(64, 'g'), std::string(65, 'a')}) {

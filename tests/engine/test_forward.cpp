@@ -3,6 +3,8 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <cmath>
 #include <cstdlib>
 #include <memory>
@@ -41,6 +43,15 @@ std::vector<float> forward_one(ForwardPass& fwd, PagedKvCache& kv, int32_t seq, 
     return {logits.begin(), logits.end()};
 }
 
+// The exact-math tests below keep K and V in f32: an f16 cache (the
+// default) rounds each stored element, and a last-bit difference between two
+// summation orders can then round one element to the neighbouring half (and,
+// with q8_0 weights, tip the activations' q8_0 roundings after it).
+KvCacheShape f32_cache(KvCacheShape shape) {
+    shape.type = TensorType::F32;
+    return shape;
+}
+
 const std::vector<int32_t> kTokens = {1, 9038, 2501, 263, 931, 29892, 727, 471, 263, 2217, 7826, 4257, 365, 2354};
 
 }  // namespace
@@ -49,7 +60,7 @@ TEST_CASE("forward f32: a batch of T tokens gives the same logits as T single-to
     auto model = load("stories15M-f32.gguf");
     ThreadPool pool(2);
     ForwardPass fwd(*model, pool);
-    PagedKvCache kv(fwd.kv_shape(model->hparams().n_ctx_train, 2));
+    PagedKvCache kv(f32_cache(fwd.kv_shape(model->hparams().n_ctx_train, 2)));
     const size_t V = static_cast<size_t>(fwd.n_vocab());
     const int32_t batched = kv.create_sequence(), stepped = kv.create_sequence();
     const std::vector<float> all = forward_one(fwd, kv, batched, kTokens, true);
@@ -62,11 +73,11 @@ TEST_CASE("forward f32: a batch of T tokens gives the same logits as T single-to
     CHECK(kv.length(batched) == static_cast<int32_t>(kTokens.size()));
 }
 
-TEST_CASE("forward: sequences batched together give the same logits as each alone", "[forward]") {
+TEST_CASE("forward f32: sequences batched together give the same logits as each alone", "[forward]") {
     auto model = load("stories15M-f32.gguf");
     ThreadPool pool(2);
     ForwardPass fwd(*model, pool);
-    PagedKvCache kv(fwd.kv_shape(64, 4));
+    PagedKvCache kv(f32_cache(fwd.kv_shape(64, 4)));
     const size_t V = static_cast<size_t>(fwd.n_vocab());
     const std::span<const int32_t> all(kTokens);
     const int32_t a = kv.create_sequence(), b = kv.create_sequence(), ra = kv.create_sequence(), rb = kv.create_sequence();
@@ -113,7 +124,7 @@ TEST_CASE("forward: truncating the KV cache and decoding again reproduces the lo
     }
 }
 
-TEST_CASE("forward: fast path agrees with the scalar reference for every weight type", "[forward]") {
+TEST_CASE("forward f32 cache: fast path agrees with the scalar reference for every weight type", "[forward]") {
     struct Case {
         const char* file;
         float rel_tol;  // max |diff| relative to max |logit|
@@ -125,7 +136,7 @@ TEST_CASE("forward: fast path agrees with the scalar reference for every weight 
         auto model = load(c.file);
         ThreadPool pool(2);
         ForwardPass fwd(*model, pool);
-        PagedKvCache kv(fwd.kv_shape(32, 1));
+        PagedKvCache kv(f32_cache(fwd.kv_shape(32, 1)));
         ReferenceForward ref(*model, 32);
         const size_t V = static_cast<size_t>(fwd.n_vocab());
         const int32_t s = kv.create_sequence();
@@ -141,7 +152,7 @@ TEST_CASE("forward: fast path agrees with the scalar reference for every weight 
     }
 }
 
-TEST_CASE("forward: every ISA the CPU has gives the same logits as the scalar kernels", "[forward]") {
+TEST_CASE("forward f32 cache: every ISA the CPU has gives the same logits as the scalar kernels", "[forward]") {
     auto model = load("stories15M-q8_0.gguf");
     ThreadPool pool(2);
     std::vector<std::vector<float>> results;
@@ -153,13 +164,56 @@ TEST_CASE("forward: every ISA the CPU has gives the same logits as the scalar ke
             WARN("skipping ISA " << isa << ": this CPU lacks it");
             continue;
         }
-        PagedKvCache kv(fwd.kv_shape(32, 1));
+        PagedKvCache kv(f32_cache(fwd.kv_shape(32, 1)));
         results.push_back(forward_one(fwd, kv, kv.create_sequence(), std::span<const int32_t>(kTokens).subspan(0, 6), true));
     }
     REQUIRE(!results.empty());
     for (size_t i = 1; i < results.size(); ++i) {
         CHECK(max_abs_diff(results[0].data(), results[i].data(), results[0].size()) <=
               1e-3f * max_abs(results[0].data(), results[0].size()));
+    }
+}
+
+TEST_CASE("forward f16 cache: logits stay close to the f32 cache's and to the scalar reference rounding K and V "
+          "through f16, and the greedy tokens agree",
+          "[forward]") {
+    struct Case {
+        const char* file;
+        float vs_f32;  // max |diff| to the f32 cache's logits, relative to max |logit|
+        float vs_ref;  // max |diff| to the f16 reference's logits, relative to max |logit|
+    };
+    // f32 weights: the rounded keys and values move the logits by ~2e-4 of
+    // their range. q8_0: the fast path quantises activations to q8_0, and
+    // the rounded attention output tips some of those roundings: ~2e-2,
+    // the size of the q8_0 fast path's gap to the reference.
+    for (const Case c : {Case{"stories15M-f32.gguf", 1e-3f, 1e-3f}, Case{"stories15M-q8_0.gguf", 0.04f, 0.06f}}) {
+        INFO(c.file);
+        auto model = load(c.file);
+        ThreadPool pool(2);
+        ForwardPass fwd(*model, pool);
+        const size_t V = static_cast<size_t>(fwd.n_vocab());
+        const size_t T = kTokens.size();
+        const KvCacheShape half_shape = fwd.kv_shape(32, 1);
+        REQUIRE(half_shape.type == TensorType::F16);  // the default
+        PagedKvCache half(half_shape), full(f32_cache(half_shape));
+        const std::vector<float> h = forward_one(fwd, half, half.create_sequence(), kTokens, true);
+        const std::vector<float> f = forward_one(fwd, full, full.create_sequence(), kTokens, true);
+        // The scalar reference stores K and V rounded through f16 as the
+        // cache does. Not bit for bit: a last-bit difference in a summed key
+        // can round it to the neighbouring half.
+        ReferenceForward ref(*model, 32, TensorType::F16);
+        int agree = 0, agree_ref = 0;
+        for (size_t t = 0; t < T; ++t) {
+            INFO("position " << t);
+            const float range = max_abs(&f[t * V], V);
+            CHECK(max_abs_diff(&h[t * V], &f[t * V], V) <= c.vs_f32 * range);
+            agree += argmax(&h[t * V], V) == argmax(&f[t * V], V);
+            const std::vector<float>& r = ref.step(kTokens[t]);
+            CHECK(max_abs_diff(&h[t * V], r.data(), V) <= c.vs_ref * range);
+            agree_ref += argmax(&h[t * V], V) == argmax(r.data(), V);
+        }
+        CHECK(agree >= static_cast<int>(T) - 1);
+        CHECK(agree_ref >= static_cast<int>(T) - 2);
     }
 }
 
@@ -260,4 +314,45 @@ TEST_CASE("draft head: after the warm-up the head's ids carry the full head's lo
     ForwardOptions bad;
     bad.draft_head_tokens = -1;
     CHECK_THROWS_WITH(ForwardPass(*model, pool, bad), Catch::Contains("draft_head_tokens"));
+}
+
+// ------------------------------------------------------------- benchmark ---
+
+// ./engine_test_forward "[.bench]": 16 sequences decoding one token each per
+// step, as the verifier's plain steps at concurrency 16, at short and long
+// contexts and both KV types: how much of a step attention takes.
+TEST_CASE("bench: 16 sequences decoding together at contexts 32 to 224, f32 and f16 KV", "[.bench]") {
+    auto model = load("stories15M-f32.gguf");
+    ThreadPool pool(2);
+    ForwardPass fwd(*model, pool);
+    constexpr int32_t kSeqs = 16, kSteps = 32;
+    std::printf("| context | kv | ms per step | tokens/s |\n| ---: | --- | ---: | ---: |\n");
+    for (int32_t ctx : {32, 96, 160, 224}) {
+        for (TensorType type : {TensorType::F32, TensorType::F16}) {
+            KvCacheShape shape = fwd.kv_shape(256, kSeqs);
+            shape.type = type;
+            PagedKvCache kv(shape);
+            std::vector<int32_t> seqs;
+            std::vector<int32_t> prompt(static_cast<size_t>(ctx));
+            for (int32_t s = 0; s < kSeqs; ++s) {
+                for (int32_t i = 0; i < ctx; ++i) prompt[static_cast<size_t>(i)] = 100 + (i * 37 + s * 101) % 20000;
+                seqs.push_back(kv.create_sequence());
+                forward_one(fwd, kv, seqs.back(), prompt, false);
+            }
+            std::vector<double> ms;
+            for (int rep = 0; rep < 5; ++rep) {
+                for (int32_t s : seqs) kv.truncate(s, ctx);
+                const auto t0 = std::chrono::steady_clock::now();
+                for (int step = 0; step < kSteps; ++step) {
+                    const int32_t token = 200 + step;
+                    std::vector<BatchItem> items;
+                    for (int32_t s : seqs) items.push_back({s, std::span<const int32_t>(&token, 1), false});
+                    fwd.forward(kv, items);
+                }
+                ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / kSteps);
+            }
+            std::sort(ms.begin(), ms.end());
+            std::printf("| %d | %s | %.2f | %.0f |\n", ctx + kSteps / 2, tensor_type_name(type), ms[2], kSeqs * 1000.0 / ms[2]);
+        }
+    }
 }

@@ -640,6 +640,64 @@ TEST_CASE("bench: matmul at the stories15M shapes, 1 and 2 threads", "[.bench]")
 
 // ------------------------------------------------------ attention helpers ---
 
+TEST_CASE("attention helpers over an f16 KV block give exactly the f32 kernels' bits on the widened values, and "
+          "store_kv_row rounds to nearest even as fp32_to_fp16 on every ISA",
+          "[kernels][attention]") {
+    std::mt19937 rng(11);
+    std::uniform_real_distribution<float> u(-3.0f, 3.0f);
+    std::vector<Isa> isas = simd_isas();
+    isas.push_back(Isa::Scalar);
+    for (Isa isa : isas) {
+        INFO("isa " << isa_name(isa));
+        for (int64_t hd : {1, 7, 16, 48, 70, 128}) {
+            for (int32_t rows : {1, 5, 16}) {
+                const int64_t ld = hd + 13;
+                std::vector<float> q(static_cast<size_t>(hd)), kf(static_cast<size_t>(rows * ld)), vf(kf.size());
+                for (float& f : q) f = u(rng);
+                for (float& f : kf) f = u(rng);
+                for (float& f : vf) f = u(rng);
+                // Stored through the kernel under test, row by row.
+                std::vector<uint16_t> kh(kf.size()), vh(vf.size());
+                for (int32_t j = 0; j < rows; ++j) {
+                    store_kv_row(isa, TensorType::F16, &kf[static_cast<size_t>(j * ld)], &kh[static_cast<size_t>(j * ld)], ld);
+                    store_kv_row(isa, TensorType::F16, &vf[static_cast<size_t>(j * ld)], &vh[static_cast<size_t>(j * ld)], ld);
+                }
+                std::vector<float> kw(kf.size()), vw(vf.size());  // the stored values widened back
+                for (size_t i = 0; i < kf.size(); ++i) {
+                    REQUIRE(kh[i] == fp32_to_fp16(kf[i]));
+                    REQUIRE(vh[i] == fp32_to_fp16(vf[i]));
+                    kw[i] = fp16_to_fp32(kh[i]);
+                    vw[i] = fp16_to_fp32(vh[i]);
+                }
+                std::vector<float> s16(static_cast<size_t>(rows)), s32(s16.size());
+                dot_rows(isa, TensorType::F16, q.data(), kh.data(), ld, rows, hd, 0.5f, s16.data());
+                dot_rows_f32(isa, q.data(), kw.data(), ld, rows, hd, 0.5f, s32.data());
+                CHECK(s16 == s32);
+                std::vector<float> w(static_cast<size_t>(rows)), y16(static_cast<size_t>(hd)), y32;
+                for (float& f : w) f = u(rng);
+                for (float& f : y16) f = u(rng);
+                y32 = y16;
+                weighted_rows(isa, TensorType::F16, w.data(), 0.25f, vh.data(), ld, rows, hd, y16.data());
+                weighted_rows_f32(isa, w.data(), 0.25f, vw.data(), ld, rows, hd, y32.data());
+                CHECK(y16 == y32);
+            }
+        }
+        // Ties, overflow, subnormals and signed zero, through the vector body and the tail.
+        const std::vector<float> edge = {1.0f + 0x1p-11f, 1.0f + 3 * 0x1p-11f, 65520.0f, 70000.0f, -70000.0f, 0x1p-20f,
+                                         0x1p-25f, 0x1.8p-25f, -0.0f, 0.0f, 65504.0f, -1e-8f, 3.14159f, 0x1p-14f, 0x1.ffcp-15f,
+                                         1e30f, -2.0f};
+        std::vector<uint16_t> h(edge.size());
+        store_kv_row(isa, TensorType::F16, edge.data(), h.data(), static_cast<int64_t>(edge.size()));
+        for (size_t i = 0; i < edge.size(); ++i) {
+            INFO("value " << edge[i]);
+            CHECK(h[i] == fp32_to_fp16(edge[i]));
+        }
+    }
+    float out = 0.0f;
+    const float one = 1.0f;
+    CHECK_THROWS_WITH(dot_rows(Isa::Scalar, TensorType::Q8_0, &one, &one, 1, 1, 1, 1.0f, &out), Catch::Contains("f32 or f16"));
+}
+
 TEST_CASE("attention and SwiGLU helpers: per-block dot rows, exp-and-sum, weighted rows and silu-times-up match "
           "double sums on every ISA, and exp gives each lane the same bits whatever n",
           "[kernels][attention]") {

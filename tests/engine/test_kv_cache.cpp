@@ -3,6 +3,8 @@
 #include "engine/error.h"
 #include "engine/kv_cache.h"
 
+#include <cmath>
+
 using namespace specd;
 
 namespace {
@@ -38,8 +40,10 @@ TEST_CASE("kv cache: truncate keeps the prefix's data and releases blocks past i
     REQUIRE(kv.reserve(a, 10));
     for (int32_t p = 0; p < 10; ++p) {
         for (int32_t l = 0; l < 2; ++l) {
-            kv.key(a, l, p)[0] = static_cast<float>(100 * l + p);
-            kv.value(a, l, p)[7] = static_cast<float>(-100 * l - p);
+            float k[8] = {}, v[8] = {};
+            k[0] = static_cast<float>(100 * l + p);  // integers below 2048: exact in f16
+            v[7] = static_cast<float>(-100 * l - p);
+            kv.write(a, l, p, k, v);
         }
     }
     kv.set_length(a, 10);
@@ -48,8 +52,11 @@ TEST_CASE("kv cache: truncate keeps the prefix's data and releases blocks past i
     CHECK(kv.length(a) == 3);
     CHECK(kv.used_blocks() == 1);
     for (int32_t p = 0; p < 3; ++p) {
-        CHECK(kv.key(a, 1, p)[0] == static_cast<float>(100 + p));
-        CHECK(kv.value(a, 1, p)[7] == static_cast<float>(-100 - p));
+        float k[8], v[8];
+        kv.read_key(a, 1, p, k);
+        kv.read_value(a, 1, p, v);
+        CHECK(k[0] == static_cast<float>(100 + p));
+        CHECK(v[7] == static_cast<float>(-100 - p));
     }
     kv.truncate(a, 0);
     CHECK(kv.used_blocks() == 0);
@@ -91,4 +98,41 @@ TEST_CASE("kv cache: freed sequence ids are reused and start empty", "[kv]") {
     CHECK(b == a);
     CHECK(kv.length(b) == 0);
     CHECK(kv.used_blocks() == 0);
+}
+
+TEST_CASE("kv cache: f16 pools take half the bytes of f32 and store keys rounded to nearest even, f32 exactly", "[kv]") {
+    KvCacheShape s16 = small_shape(), s32 = small_shape();
+    CHECK(s16.type == TensorType::F16);  // the default, as llama.cpp's
+    s32.type = TensorType::F32;
+    CHECK(PagedKvCache::pool_bytes(s16) * 2 == PagedKvCache::pool_bytes(s32));
+    CHECK(PagedKvCache::block_bytes(s32) == 2u * 2 * 4 * 8 * sizeof(float));
+    // 1 + 2^-11 is halfway between two f16 values: it rounds to the even one (1.0);
+    // 1 + 3 * 2^-11 rounds up to 1 + 2^-9; 70000 overflows f16 to infinity.
+    const float in[8] = {1.0f + 0x1p-11f, 1.0f + 3 * 0x1p-11f, -2.5f, 0.1f, 70000.0f, 0.0f, -0.0f, 65504.0f};
+    for (const KvCacheShape& shape : {s16, s32}) {
+        PagedKvCache kv(shape);
+        const int32_t a = kv.create_sequence();
+        REQUIRE(kv.reserve(a, 1));
+        kv.write(a, 1, 0, in, in);
+        float k[8], v[8];
+        kv.read_key(a, 1, 0, k);
+        kv.read_value(a, 1, 0, v);
+        for (int i = 0; i < 8; ++i) {
+            const float expect = shape.type == TensorType::F16 ? fp16_to_fp32(fp32_to_fp16(in[i])) : in[i];
+            CHECK(k[i] == expect);
+            CHECK(v[i] == expect);
+        }
+        if (shape.type == TensorType::F16) {
+            CHECK(k[0] == 1.0f);
+            CHECK(k[1] == 1.0f + 0x1p-9f);
+            CHECK(k[3] != 0.1f);
+            CHECK(std::isinf(k[4]));
+        }
+    }
+}
+
+TEST_CASE("kv cache: a type other than f16 or f32 is refused with a clear error", "[kv]") {
+    KvCacheShape bad = small_shape();
+    bad.type = TensorType::Q8_0;
+    CHECK_THROWS_WITH(PagedKvCache(bad), Catch::Contains("f32 or f16, not q8_0"));
 }

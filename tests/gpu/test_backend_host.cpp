@@ -369,7 +369,10 @@ TEST_CASE("backend factory: --device cpu gives CPU forward passes, cuda without 
     CHECK(factory->name() == "cpu");
     auto fwd = factory->make_target(ForwardOptions{});
     CHECK(fwd->name() == "cpu");
-    const KvCacheShape shape = ForwardBackend::kv_shape_for(*target, 256, 4);
+    KvCacheShape shape = ForwardBackend::kv_shape_for(*target, 256, 4);
+    CHECK(shape.type == TensorType::F16);  // the default
+    CHECK(factory->kv_block_bytes(shape) == 2u * 6u * 16u * 288u * 2u);
+    shape.type = TensorType::F32;  // twice the bytes
     CHECK(factory->kv_block_bytes(shape) == 2u * 6u * 16u * 288u * sizeof(float));
     CHECK(factory->kv_memory_bytes(12345) == 12345);
     CHECK_THROWS_AS(factory->make_draft(ForwardOptions{}), Error);

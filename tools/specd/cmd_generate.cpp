@@ -32,6 +32,7 @@ struct GenerateOptions {
     bool json = false;
     bool no_bos = false;
     std::string device = "auto";  // --device: auto | cpu | cuda
+    std::string cache_type = "f16";  // --cache-type: the target's KV elements on the CPU, f16 | f32
     SpecOptions spec;
 };
 
@@ -65,7 +66,9 @@ void run_generate(const GenerateOptions& o) {
     ThreadPool pool(o.threads);
     const std::unique_ptr<ForwardBackend> fwd_owner = make_backend(device, *model, pool);
     ForwardBackend& fwd = *fwd_owner;
-    const std::unique_ptr<PagedKvCache> kv_owner = fwd.make_kv_cache(fwd.kv_shape(n_ctx, 1));
+    KvCacheShape kv_shape = fwd.kv_shape(n_ctx, 1);
+    kv_shape.type = *tensor_type_from_name(o.cache_type);  // CLI11 checked the name
+    const std::unique_ptr<PagedKvCache> kv_owner = fwd.make_kv_cache(kv_shape);
     PagedKvCache& kv = *kv_owner;
     SpecSetup spec = make_spec_setup(o.spec, *model, pool, n_ctx, &device);
     SpeculativeParams spec_params = o.spec.params;
@@ -286,6 +289,9 @@ void register_generate_commands(CLI::App& app) {
     g->add_option("-c,--ctx-size", gen->ctx, "context size; 0 = the model's")->capture_default_str();
     g->add_flag("--json", gen->json, "print one JSON object instead of streaming text");
     g->add_flag("--no-bos", gen->no_bos, "do not prepend BOS");
+    g->add_option("--cache-type", gen->cache_type, "the target's KV cache elements on the CPU: f16 (half the memory, the default) or f32 (exact)")
+        ->check(CLI::IsMember({"f16", "f32"}))
+        ->capture_default_str();
     add_sampling_flags(g, gen->sampling);
     add_spec_flags(g, gen->spec);
     add_device_flag(g, gen->device);

@@ -242,7 +242,9 @@ void run_bench_concurrency(const std::string& target, const std::string& draft, 
     const int n_threads = threads > 0 ? threads : ThreadPool::hardware_threads();
     ThreadPool pool(n_threads, 0, ThreadPool::affinity_cpus(rc.cpu_affinity, n_threads, 0, n_threads));
     ForwardPass fwd(*tm, pool);
-    PagedKvCache kv(fwd.kv_shape(tm->hparams().n_ctx_train, 1));
+    KvCacheShape kv_shape = fwd.kv_shape(tm->hparams().n_ctx_train, 1);
+    kv_shape.type = *tensor_type_from_name(rc.kv_cache_type);  // as the runtime's target cache
+    PagedKvCache kv(kv_shape);
     std::unique_ptr<Proposer> proposer;
     if (dm) proposer = std::make_unique<DraftModelProposer>(*tm, *dm, pool, tm->hparams().n_ctx_train, rc.draft_vocab);
     else proposer = std::make_unique<NgramProposer>(1, 4);
