@@ -394,11 +394,16 @@ void ForwardPass::attention(int ith, int nth, PagedKvCache& kv, int32_t layer) {
         // the calls (and bits) it would alone. One kernel call per block and
         // row: a call per position cost more than a 48-wide product.
         const size_t row_bytes = static_cast<size_t>(kvd) * kv_elem, head_bytes = static_cast<size_t>(hd) * kv_elem;
-        if (u == units.begin) prefetch_head_rows(static_cast<const unsigned char*>(kv.key_block(seq, layer, 0)) + kv_off, row_bytes, bs, head_bytes);
+        if (u == units.begin) {
+            prefetch_head_rows(static_cast<const unsigned char*>(kv.key_block(seq, layer, 0)) + kv_off, row_bytes, bs, head_bytes);
+        }
         for (int32_t b = 0; b < n_blocks; ++b) {
             const auto* kb = static_cast<const unsigned char*>(kv.key_block(seq, layer, b));  // (block_size, kv_dim) of kv_type
             // The next block's keys and this block's values, while this block's keys are used.
-            if (b + 1 < n_blocks) prefetch_head_rows(static_cast<const unsigned char*>(kv.key_block(seq, layer, b + 1)) + kv_off, row_bytes, bs, head_bytes);
+            if (b + 1 < n_blocks) {
+                const auto* next_kb = static_cast<const unsigned char*>(kv.key_block(seq, layer, b + 1));
+                prefetch_head_rows(next_kb + kv_off, row_bytes, bs, head_bytes);
+            }
             prefetch_head_rows(static_cast<const unsigned char*>(kv.value_block(seq, layer, b)) + kv_off, row_bytes, bs, head_bytes);
             for (int32_t i = 0; i < g.n_rows; ++i) {
                 const int32_t n = std::min(bs, n_pos(i) - b * bs);
@@ -418,8 +423,8 @@ void ForwardPass::attention(int ith, int nth, PagedKvCache& kv, int32_t layer) {
         if (u + 1 < units.end) {  // the next unit's first keys, while this one's values are used
             const AttentionGroup& next = attention_groups_[static_cast<size_t>((u + 1) / hp.n_heads)];
             const size_t next_off = static_cast<size_t>(((u + 1) % hp.n_heads) / group) * head_bytes;
-            prefetch_head_rows(static_cast<const unsigned char*>(kv.key_block(row_seq_[static_cast<size_t>(next.first_row)], layer, 0)) + next_off,
-                               row_bytes, bs, head_bytes);
+            const auto* next_kb = static_cast<const unsigned char*>(kv.key_block(row_seq_[static_cast<size_t>(next.first_row)], layer, 0));
+            prefetch_head_rows(next_kb + next_off, row_bytes, bs, head_bytes);
         }
         for (int32_t b = 0; b < n_blocks; ++b) {
             const auto* vb = static_cast<const unsigned char*>(kv.value_block(seq, layer, b));  // (block_size, kv_dim) of kv_type

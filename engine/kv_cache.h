@@ -30,9 +30,9 @@ struct KvCacheShape {
 };
 
 // Where the keys and values live. Host: this object owns the pools, of
-// shape.type elements (the CPU backend). None: block bookkeeping only; a device backend keeps
-// the storage, indexed by the same block ids, and key()/value() must not be
-// called.
+// shape.type elements (the CPU backend). None: block bookkeeping only; a
+// device backend keeps the storage, indexed by the same block ids, and
+// key()/value() must not be called.
 enum class KvStorage { Host, None };
 
 class PagedKvCache {
