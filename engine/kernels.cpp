@@ -385,8 +385,6 @@ float kv_element(TensorType kv_type, const void* row, int64_t i) {
     return kv_type == TensorType::F16 ? fp16_to_fp32(static_cast<const uint16_t*>(row)[i]) : static_cast<const float*>(row)[i];
 }
 
-size_t kv_element_bytes(TensorType kv_type) { return kv_type == TensorType::F16 ? 2 : 4; }
-
 void check_kv_type(TensorType kv_type) {
     if (kv_type != TensorType::F32 && kv_type != TensorType::F16) {
         throw Error(std::string("attention kernels: keys and values must be f32 or f16, not ") + tensor_type_name(kv_type));
@@ -404,7 +402,7 @@ void dot_rows(Isa isa, TensorType kv_type, const float* q, const void* k, int64_
         case Isa::Scalar: break;
     }
     const auto* kb = static_cast<const unsigned char*>(k);
-    const size_t row_bytes = static_cast<size_t>(ldk) * kv_element_bytes(kv_type);
+    const size_t row_bytes = static_cast<size_t>(ldk) * tensor_type_block_bytes(kv_type);
     for (int32_t j = 0; j < rows; ++j) {
         const void* row = kb + j * row_bytes;
         float sum = 0.0f;  // dot_f32's scalar order
@@ -440,7 +438,7 @@ void weighted_rows(Isa isa, TensorType kv_type, const float* w, float w_scale, c
         case Isa::Scalar: break;
     }
     const auto* vb = static_cast<const unsigned char*>(v);
-    const size_t row_bytes = static_cast<size_t>(ldv) * kv_element_bytes(kv_type);
+    const size_t row_bytes = static_cast<size_t>(ldv) * tensor_type_block_bytes(kv_type);
     for (int32_t j = 0; j < rows; ++j) {
         const float a = w[j] * w_scale;
         const void* row = vb + j * row_bytes;

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "engine/error.h"
+#include "engine/kernels.h"
 
 namespace specd {
 
@@ -107,14 +108,14 @@ void PagedKvCache::truncate(int32_t seq, int32_t n) {
 
 void PagedKvCache::read(const std::vector<unsigned char>& pool, int32_t seq, int32_t layer, int32_t pos, float* out) const {
     const unsigned char* p = slot(pool, seq, layer, pos);
+    if (shape_.type == TensorType::F32) {
+        std::memcpy(out, p, static_cast<size_t>(shape_.kv_dim) * sizeof(float));
+        return;
+    }
     for (int32_t i = 0; i < shape_.kv_dim; ++i) {
-        if (shape_.type == TensorType::F16) {
-            uint16_t h;
-            std::memcpy(&h, p + 2 * i, 2);
-            out[i] = fp16_to_fp32(h);
-        } else {
-            std::memcpy(&out[i], p + 4 * i, 4);
-        }
+        uint16_t h;
+        std::memcpy(&h, p + 2 * i, 2);
+        out[i] = fp16_to_fp32(h);
     }
 }
 
@@ -122,18 +123,9 @@ void PagedKvCache::read_key(int32_t seq, int32_t layer, int32_t pos, float* out)
 void PagedKvCache::read_value(int32_t seq, int32_t layer, int32_t pos, float* out) const { read(v_pool_, seq, layer, pos, out); }
 
 void PagedKvCache::write(int32_t seq, int32_t layer, int32_t pos, const float* key, const float* value) {
-    unsigned char* k = slot(k_pool_, seq, layer, pos);
-    unsigned char* v = slot(v_pool_, seq, layer, pos);
-    for (int32_t i = 0; i < shape_.kv_dim; ++i) {
-        if (shape_.type == TensorType::F16) {
-            const uint16_t hk = fp32_to_fp16(key[i]), hv = fp32_to_fp16(value[i]);
-            std::memcpy(k + 2 * i, &hk, 2);
-            std::memcpy(v + 2 * i, &hv, 2);
-        } else {
-            std::memcpy(k + 4 * i, &key[i], 4);
-            std::memcpy(v + 4 * i, &value[i], 4);
-        }
-    }
+    // The forward pass's own store, scalar: the same bits on every ISA.
+    store_kv_row(Isa::Scalar, shape_.type, key, slot(k_pool_, seq, layer, pos), shape_.kv_dim);
+    store_kv_row(Isa::Scalar, shape_.type, value, slot(v_pool_, seq, layer, pos), shape_.kv_dim);
 }
 
 }  // namespace specd
