@@ -17,6 +17,7 @@
 #include "engine/error.h"
 #include "engine/speculative.h"
 #include "tools/specd/commands.h"
+#include "tools/specd/spec_setup.h"
 
 namespace specd::cli {
 
@@ -56,7 +57,9 @@ const std::vector<PromptSet>& prompt_sets() {
 struct BenchSpecOptions {
     std::string target;
     std::vector<std::string> drafts;
-    std::vector<int32_t> draft_vocab{0};  // draft head sizes to compare (0 = full head)
+    // Draft head sizes to compare (0 = full head). The default is what
+    // `generate` and `serve` use, so the headline figure is the one users get.
+    std::vector<int32_t> draft_vocab{SpecOptions{}.draft_vocab};
     bool ngram = true;
     std::vector<int32_t> draft_max{2, 4, 8, 16};
     std::vector<float> temps{0.0f, 0.8f};
