@@ -150,6 +150,8 @@ struct RuntimeShared {
     // sessions start from it (SessionCore::seed_controller). Guarded by learned_mu.
     std::mutex learned_mu;
     std::optional<DraftLengthController> learned_controller;
+    // The verifier's single-request steps, for the load policy's measured budget.
+    StepCostProbe step_probe;
     // Multi-node. A gateway (clustered) has no local compute actors: its
     // sessions use the replicas' remote actors.
     bool clustered = false;
@@ -298,6 +300,7 @@ verifier_actor::behavior_type verifier_fun(verifier_actor::stateful_pointer<veri
     vo.max_step_tokens = rt->config.max_step_tokens;
     vo.prefill_chunk_tokens = rt->config.prefill_chunk;
     st.batch = std::make_unique<BatchVerifier>(*st.fwd, *st.kv, vo);
+    st.batch->set_cost_probe(&rt->step_probe);
     auto try_step = [self, rt]() {
         queue_step(self, self->state.hold, self->state.batch->has_work(), rt->rendezvous.get(), Phase::Verify);
     };
@@ -1205,8 +1208,10 @@ void session_start(session_ptr self, generate_request& req) {
     sp.draft_max = req.draft_max >= 0 ? req.draft_max : rt.spec_draft_max.load();
     sp.adaptive = req.adaptive >= 0 ? req.adaptive != 0 : rt.spec_adaptive.load();
     const bool speculative = req.speculative >= 0 ? req.speculative != 0 : rt.spec_enabled.load();
+    LoadPolicy load_policy = rt.config.load_policy();
+    load_policy.probe = &s.rt->step_probe;
     try {
-        s.core = std::make_unique<SessionCore>(tok, std::move(prompt), gp, sp, speculative, rt.n_ctx, rt.config.load_policy());
+        s.core = std::make_unique<SessionCore>(tok, std::move(prompt), gp, sp, speculative, rt.n_ctx, load_policy);
     } catch (const Error& e) {
         const std::string what = e.what();
         return session_fail(self, what.find("context") != std::string::npos ? "context_exceeded" : "invalid_request", what);

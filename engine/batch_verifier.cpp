@@ -157,6 +157,27 @@ void BatchVerifier::finish_verify_greedy(Queued& q, Request& r, const int32_t* a
     o.rng = job.rng;  // greedy draws nothing
 }
 
+void StepCostProbe::record(int32_t rows, double ms) {
+    if (rows < 1 || !(ms > 0.0)) return;
+    auto ema = [](double old, double sample) { return old < 0.0 ? sample : old + kDecay * (sample - old); };
+    const double t1 = t1_ms_.load(std::memory_order_relaxed);
+    if (rows == 1) {
+        t1_ms_.store(ema(t1, ms), std::memory_order_relaxed);
+    } else if (rows >= kMinRows && t1 > 0.0) {
+        const double per_row = std::max(0.0, (ms - t1) / static_cast<double>(rows - 1));
+        per_row_ms_.store(ema(per_row_ms_.load(std::memory_order_relaxed), per_row), std::memory_order_relaxed);
+    }
+}
+
+int32_t StepCostProbe::doubling_rows() const {
+    const double t1 = t1_ms_.load(std::memory_order_relaxed);
+    const double per_row = per_row_ms_.load(std::memory_order_relaxed);
+    if (t1 <= 0.0 || per_row < 0.0) return 0;
+    // T(r) = T(1) + (r - 1) * per_row = 2 * T(1)  =>  r = 1 + T(1) / per_row
+    if (per_row * kMaxRows <= t1) return kMaxRows;
+    return std::min(kMaxRows, 1 + static_cast<int32_t>(t1 / per_row));
+}
+
 void BatchVerifier::step(std::vector<VerifyOutcome>& out) {
     for (VerifyOutcome& o : rejected_) out.push_back(std::move(o));
     rejected_.clear();
@@ -282,6 +303,7 @@ void BatchVerifier::step(std::vector<VerifyOutcome>& out) {
         // single-sequence decoder does (the draft-length controller weighs it).
         const double ms = now_ms() - t0;
         for (size_t i = first_out; i < out.size(); ++i) out[i].step_ms = ms;
+        if (probe_ && items_.size() == 1 && !queue_[item_job_[0]].job.prefill) probe_->record(rows, ms);
     }
     size_t w = 0;
     for (size_t i = 0; i < queue_.size(); ++i) {

@@ -7,6 +7,7 @@
 // each job. Plain class: the verifier actor is a thin shell over it.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -53,6 +54,25 @@ struct VerifyOutcome {
     double step_ms = 0.0;         // wall time of that step
 };
 
+// How the cost of a verifier step grows with its rows, from the steps that
+// hold one request (no prefill): T(1), a plain step, and the cost per extra
+// row from the steps that verify >= kMinRows rows. Written by the verifier's
+// thread, read by sessions on any thread (LoadPolicy).
+class StepCostProbe {
+public:
+    static constexpr int32_t kMinRows = 4;  // a step of fewer rows tells too little of the slope
+    static constexpr double kDecay = 0.05;  // EMA weight of a new step
+    void record(int32_t rows, double ms);
+    // Rows at which one step costs as much as two single-row steps; 0 while
+    // T(1) or the slope is unmeasured, kMaxRows when extra rows cost nothing.
+    int32_t doubling_rows() const;
+    static constexpr int32_t kMaxRows = 1024;
+
+private:
+    std::atomic<double> t1_ms_{-1.0};       // EMA of single-row step ms (-1: none yet)
+    std::atomic<double> per_row_ms_{-1.0};  // EMA of (T(rows) - T(1)) / (rows - 1) (-1: none yet)
+};
+
 class BatchVerifier {
 public:
     // `kv` holds the target's sequences (one per open request).
@@ -80,6 +100,8 @@ public:
 
     const PagedKvCache& kv() const { return kv_; }
     const LlamaModel& model() const { return fwd_.model(); }
+    // Steps of one request report their rows and time here (null: none).
+    void set_cost_probe(StepCostProbe* probe) { probe_ = probe; }
     // Steps whose forward brought back only the argmax per row
     // (ForwardBackend::forward_greedy): every job in them was greedy.
     int64_t greedy_steps() const { return greedy_steps_; }
@@ -99,6 +121,7 @@ private:
         VerifyJob job;
         int32_t prefilled = 0;         // prompt tokens already in the cache
     };
+    StepCostProbe* probe_ = nullptr;
     VerifyOutcome fail(const VerifyJob& job, std::string why, bool kv_full = false) const;
     void finish_verify(Queued& q, Request& r, const float* rows, VerifyOutcome& o);
     // The same acceptance for a greedy job from the target's argmax per row

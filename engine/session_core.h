@@ -34,9 +34,21 @@ namespace specd {
 // three sessions ran at 0.75x of plain) allows k = 4 for two requests and
 // turns speculation off from three.
 // Steps it capped are counted in SpecStats::n_load_capped.
+//
+// The budget is raised where the verifier measured extra rows to be cheap:
+// to the rows at which one step costs two single-row steps
+// (StepCostProbe::doubling_rows), up to kMaxMeasuredBudget. On 2 cores with
+// stories15M that is ~7 rows while a step is compute-bound (the budget
+// stays 10) and ~50 while it is bound by memory, where four sessions with
+// k = 8 ran at 1.6x of plain against 1.0x with the budget of 10.
 struct LoadPolicy {
     int32_t verify_token_budget = 10;  // tokens per verify step the policy aims at; <= 0: no cap
+    const StepCostProbe* probe = nullptr;  // not owned; null: the budget is fixed
     static constexpr int32_t kMinUsefulDraft = 3;  // a cap below this turns speculation off
+    // The most a measured budget may be: the fit is linear in rows, and a
+    // step's cost bends upward once its rows stop being nearly free.
+    static constexpr int32_t kMaxMeasuredBudget = 24;
+    int32_t budget() const;
     int32_t k_cap(int32_t batch_requests, int32_t draft_max) const;
 };
 

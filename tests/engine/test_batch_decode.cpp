@@ -456,6 +456,86 @@ TEST_CASE("load policy: k shrinks as the load grows and speculation turns off on
     CHECK(p.k_cap(100, 8) == 8);
 }
 
+TEST_CASE("load policy: a budget measured from the verifier's steps rises only where extra rows are nearly free", "[batch]") {
+    StepCostProbe probe;
+    CHECK(probe.doubling_rows() == 0);  // nothing measured
+    probe.record(9, 2.3);               // no single-row step yet: the slope is unknown
+    CHECK(probe.doubling_rows() == 0);
+    probe.record(1, 2.0);
+    CHECK(probe.doubling_rows() == 0);
+    probe.record(2, 2.1);               // too few rows to tell the slope
+    CHECK(probe.doubling_rows() == 0);
+    probe.record(9, 2.3);               // memory-bound: 9 rows cost 1.15 single-row steps
+    CHECK(probe.doubling_rows() == 54); // 1 + 2.0 / 0.0375
+
+    LoadPolicy p;
+    p.probe = &probe;
+    CHECK(p.budget() == LoadPolicy::kMaxMeasuredBudget);  // 54, capped: the fit is linear and the cost bends
+    CHECK(p.k_cap(2, 8) == 8);
+    CHECK(p.k_cap(4, 8) == 5);
+    CHECK(p.k_cap(6, 8) == 3);
+    CHECK(p.k_cap(8, 8) == 0);
+    CHECK(p.k_cap(16, 8) == 0);
+    p.verify_token_budget = 0;  // no cap stays no cap
+    CHECK(p.k_cap(100, 8) == 8);
+
+    StepCostProbe compute_bound;  // 9 rows cost 2.3 single-row steps: ~7 rows double a step
+    compute_bound.record(1, 0.84);
+    compute_bound.record(9, 1.9);
+    CHECK(compute_bound.doubling_rows() == 7);
+    LoadPolicy q;
+    q.probe = &compute_bound;
+    CHECK(q.budget() == 10);  // never below the configured budget
+    CHECK(q.k_cap(2, 8) == 4);
+    CHECK(q.k_cap(3, 8) == 0);
+
+    StepCostProbe free_rows;
+    free_rows.record(1, 1.0);
+    free_rows.record(9, 0.9);  // noise: more rows measured cheaper
+    CHECK(free_rows.doubling_rows() == StepCostProbe::kMaxRows);
+}
+
+TEST_CASE("verifier: its single-request decode steps, and only those, feed the step cost probe", "[batch]") {
+    auto target = load("stories15M-q8_0.gguf");
+    ThreadPool pool(1);
+    ForwardPass fwd(*target, pool);
+    PagedKvCache kv(fwd.kv_shape(64, 2));
+    BatchVerifier verifier(fwd, kv);
+    StepCostProbe probe;
+    verifier.set_cost_probe(&probe);
+    std::vector<VerifyOutcome> out;
+    VerifyJob job;
+    job.request = 1;
+    job.prefill = true;
+    job.tokens = {1, 100, 200, 300, 400, 500};
+    job.sampling.temperature = 0.0f;
+    verifier.submit(job);
+    verifier.step(out);
+    job.prefill = false;
+    job.tokens = {out.back().next};
+    verifier.submit(job);
+    verifier.step(out);  // one row: T(1)
+    REQUIRE(out.back().ok);
+    const int32_t pending = out.back().next;
+    CHECK(probe.doubling_rows() == 0);  // no slope yet
+    VerifyJob other = job;
+    other.request = 2;
+    other.prefill = true;
+    other.tokens = {1, 100, 200, 300, 400, 500};
+    verifier.submit(other);
+    verifier.step(out);  // a 6-row prefill of one request: not a decode step
+    REQUIRE(out.back().ok);
+    CHECK(probe.doubling_rows() == 0);
+    job.tokens = {pending, 5, 6, 7, 8};  // four drafts, most rejected: a 5-row step all the same
+    job.n_draft = 4;
+    verifier.submit(job);
+    verifier.step(out);
+    REQUIRE(out.back().ok);
+    CHECK(probe.doubling_rows() > 0);
+    verifier.close(1);
+    verifier.close(2);
+}
+
 TEST_CASE("incremental draft contexts: the mirror rebuilds every context the sender had, and asks for a resend when it can't",
           "[batch][wire]") {
     std::vector<int32_t> sent;
