@@ -39,8 +39,9 @@ namespace specd {
 // to the rows at which one step costs two single-row steps
 // (StepCostProbe::doubling_rows), up to kMaxMeasuredBudget. On 2 cores with
 // stories15M that is ~7 rows while a step is compute-bound (the budget
-// stays 10) and ~50 while it is bound by memory, where four sessions with
-// k = 8 ran at 1.6x of plain against 1.0x with the budget of 10.
+// stays 10) and ~50 while it is bound by memory (capped to 24), where four
+// sessions drafting k = 5 ran at 1.5-1.7x of plain against 0.9-1.2x with
+// the budget of 10.
 struct LoadPolicy {
     int32_t verify_token_budget = 10;  // tokens per verify step the policy aims at; <= 0: no cap
     const StepCostProbe* probe = nullptr;  // not owned; null: the budget is fixed
