@@ -15,6 +15,10 @@
 #include <thread>
 #include <tuple>
 
+#include <caf/policy/work_sharing.hpp>
+#include <caf/policy/work_stealing.hpp>
+#include <caf/scheduler/coordinator.hpp>
+
 #include "actors/runtime.h"
 #include "engine/generate.h"
 #include "support/models.h"
@@ -504,4 +508,53 @@ TEST_CASE("shutdown with requests in flight returns promptly and cleanly", "[run
     }  // ~StandaloneRuntime: cancel, stop the actors, join the system
     CHECK(ended == 8);
     CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(30));
+}
+
+namespace {
+struct tally_state {
+    int64_t received = 0;
+};
+caf::behavior tally(caf::stateful_actor<tally_state>* self) {
+    return {
+        [=](int32_t) { ++self->state.received; },
+        [=](caf::get_atom) { return self->state.received; },
+    };
+}
+}  // namespace
+
+// configure_low_latency installs specd's own work-sharing scheduler (it
+// wakes a worker after releasing the queue's lock): no message may be
+// lost between a sender's push and a worker going to sleep.
+TEST_CASE("low-latency scheduler: messages from many foreign threads and actors all arrive; the system shuts down",
+          "[runtime]") {
+    caf::actor_system_config cfg;
+    configure_low_latency(cfg);
+    caf::actor_system system(cfg);
+    CHECK(dynamic_cast<caf::scheduler::coordinator<caf::policy::work_sharing>*>(&system.scheduler()) == nullptr);
+    CHECK(dynamic_cast<caf::scheduler::coordinator<caf::policy::work_stealing>*>(&system.scheduler()) == nullptr);
+    auto sink = system.spawn(tally);
+    constexpr int kThreads = 4, kPerThread = 20000, kRelays = 8, kPerRelay = 2000;
+    // Actors on the scheduler's workers send too (internal enqueues).
+    for (int r = 0; r < kRelays; ++r) {
+        system.spawn([sink](caf::event_based_actor* self) {
+            for (int i = 0; i < kPerRelay; ++i) self->send(sink, int32_t{i});
+        });
+    }
+    std::vector<std::thread> senders;
+    for (int t = 0; t < kThreads; ++t) {
+        senders.emplace_back([sink] {
+            for (int i = 0; i < kPerThread; ++i) caf::anon_send(sink, int32_t{i});
+        });
+    }
+    for (auto& t : senders) t.join();
+    caf::scoped_actor self{system};
+    const int64_t expected = int64_t{kThreads} * kPerThread + int64_t{kRelays} * kPerRelay;
+    int64_t got = 0;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (got < expected && std::chrono::steady_clock::now() < deadline) {
+        self->request(sink, caf::infinite, caf::get_atom::value).receive([&](int64_t n) { got = n; }, [&](caf::error&) {});
+        if (got < expected) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    CHECK(got == expected);
+    self->send_exit(sink, caf::exit_reason::user_shutdown);
 }
