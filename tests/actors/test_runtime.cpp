@@ -511,33 +511,49 @@ TEST_CASE("shutdown with requests in flight returns promptly and cleanly", "[run
 }
 
 namespace {
+// Counts int32 messages; tells `notify` once `expected` have arrived.
 struct tally_state {
     int64_t received = 0;
 };
-caf::behavior tally(caf::stateful_actor<tally_state>* self) {
+caf::behavior tally(caf::stateful_actor<tally_state>* self, int64_t expected, caf::actor notify) {
     return {
-        [=](int32_t) { ++self->state.received; },
-        [=](caf::get_atom) { return self->state.received; },
+        [=](int32_t) {
+            if (++self->state.received == expected) self->send(notify, self->state.received);
+        },
+    };
+}
+// Bounces a counter with its partner until it reaches `rounds`: every hop
+// finds the workers asleep, so a lost wake-up stalls the rally.
+caf::behavior rally(caf::event_based_actor* self, int32_t rounds, caf::actor notify) {
+    return {
+        [=](int32_t n, caf::actor partner) {
+            if (n >= rounds) self->send(notify, int64_t{n});
+            else self->send(partner, n + 1, caf::actor_cast<caf::actor>(self));
+        },
     };
 }
 }  // namespace
 
 // configure_low_latency installs specd's own work-sharing scheduler (it
-// wakes a worker after releasing the queue's lock): no message may be
-// lost between a sender's push and a worker going to sleep.
-TEST_CASE("low-latency scheduler: messages from many foreign threads and actors all arrive; the system shuts down",
+// wakes one worker at a time, after releasing the queue's lock): no
+// message may be left in the queue with every worker asleep. Nothing
+// polls here, so a lost wake-up shows as a timeout.
+TEST_CASE("low-latency scheduler: messages from many foreign threads and actors all arrive, a ping-pong rally never "
+          "stalls, and the system shuts down",
           "[runtime]") {
     caf::actor_system_config cfg;
     configure_low_latency(cfg);
     caf::actor_system system(cfg);
     CHECK(dynamic_cast<caf::scheduler::coordinator<caf::policy::work_sharing>*>(&system.scheduler()) == nullptr);
     CHECK(dynamic_cast<caf::scheduler::coordinator<caf::policy::work_stealing>*>(&system.scheduler()) == nullptr);
-    auto sink = system.spawn(tally);
-    constexpr int kThreads = 4, kPerThread = 20000, kRelays = 8, kPerRelay = 2000;
+    caf::scoped_actor self{system};
+    constexpr int kThreads = 4, kPerThread = 20000, kRelays = 8, kPerRelay = 2000, kRallies = 3, kRounds = 20000;
+    const int64_t expected = int64_t{kThreads} * kPerThread + int64_t{kRelays} * kPerRelay;
+    auto sink = system.spawn(tally, expected, caf::actor{self});
     // Actors on the scheduler's workers send too (internal enqueues).
     for (int r = 0; r < kRelays; ++r) {
-        system.spawn([sink](caf::event_based_actor* self) {
-            for (int i = 0; i < kPerRelay; ++i) self->send(sink, int32_t{i});
+        system.spawn([sink](caf::event_based_actor* relay) {
+            for (int i = 0; i < kPerRelay; ++i) relay->send(sink, int32_t{i});
         });
     }
     std::vector<std::thread> senders;
@@ -546,15 +562,24 @@ TEST_CASE("low-latency scheduler: messages from many foreign threads and actors 
             for (int i = 0; i < kPerThread; ++i) caf::anon_send(sink, int32_t{i});
         });
     }
-    for (auto& t : senders) t.join();
-    caf::scoped_actor self{system};
-    const int64_t expected = int64_t{kThreads} * kPerThread + int64_t{kRelays} * kPerRelay;
-    int64_t got = 0;
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    while (got < expected && std::chrono::steady_clock::now() < deadline) {
-        self->request(sink, caf::infinite, caf::get_atom::value).receive([&](int64_t n) { got = n; }, [&](caf::error&) {});
-        if (got < expected) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    for (int r = 0; r < kRallies; ++r) {
+        auto a = system.spawn(rally, kRounds, caf::actor{self});
+        auto b = system.spawn(rally, kRounds, caf::actor{self});
+        caf::anon_send(a, int32_t{0}, b);
     }
-    CHECK(got == expected);
-    self->send_exit(sink, caf::exit_reason::user_shutdown);
+    for (auto& t : senders) t.join();
+    int64_t tallied = -1;
+    int rallies_done = 0;
+    bool timed_out = false;
+    for (int i = 0; i < 1 + kRallies && !timed_out; ++i) {
+        self->receive(
+            [&](int64_t n) {
+                if (n == expected) tallied = n;
+                else if (n == kRounds) ++rallies_done;
+            },
+            caf::after(std::chrono::seconds(60)) >> [&] { timed_out = true; });
+    }
+    CHECK_FALSE(timed_out);
+    CHECK(tallied == expected);
+    CHECK(rallies_done == kRallies);
 }
