@@ -40,8 +40,12 @@ void configure_network(caf::actor_system_config& cfg);
 
 // Recommended scheduler settings for a host system: CAF's default
 // work-stealing workers back off to 10 ms sleeps when idle, which puts up to
-// 10 ms on every hop of a token's propose → verify → emit cycle; the
-// "sharing" policy wakes a worker at once. StandaloneRuntime applies it.
+// 10 ms on every hop of a token's propose → verify → emit cycle. This loads
+// specd's work-sharing scheduler instead (CAF's "sharing" policy, except
+// that one worker is woken at a time, after the queue's lock is released),
+// which wakes a worker at once without costing the compute threads extra
+// wake-ups. StandaloneRuntime applies it; a host that loads its own
+// scheduler module after this call replaces it.
 void configure_low_latency(caf::actor_system_config& cfg);
 
 // Called on the session actor's CAF worker thread, in order, right after
