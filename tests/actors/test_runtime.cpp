@@ -522,8 +522,9 @@ caf::behavior tally(caf::stateful_actor<tally_state>* self, int64_t expected, ca
         },
     };
 }
-// Bounces a counter with its partner until it reaches `rounds`: every hop
-// finds the workers asleep, so a lost wake-up stalls the rally.
+// Bounces a counter with its partner until it reaches `rounds`. Once the
+// other senders are done, a hop usually has to wake a sleeping worker, so a
+// lost wake-up stalls the rally.
 caf::behavior rally(caf::event_based_actor* self, int32_t rounds, caf::actor notify) {
     return {
         [=](int32_t n, caf::actor partner) {
