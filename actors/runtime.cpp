@@ -197,10 +197,7 @@ private:
 
 }  // namespace
 
-void configure_low_latency(caf::actor_system_config& cfg) {
-    cfg.set("scheduler.policy", caf::atom("sharing"));  // what a host that replaces the module below still gets
-    cfg.load<caf::scheduler::coordinator<prompt_work_sharing>>();
-}
+void configure_low_latency(caf::actor_system_config& cfg) { cfg.load<caf::scheduler::coordinator<prompt_work_sharing>>(); }
 
 // ----------------------------------------------------------- shared ---
 
