@@ -256,10 +256,18 @@ private:
 
 // Where the CPU goes: run time of this process's threads, summed by role.
 // Thread names come from ThreadPool::set_current_thread_name; the main
-// thread runs the load clients. Linux only (schedstat: nanoseconds on CPU).
+// thread runs the load clients. Linux only (schedstat: nanoseconds on CPU,
+// then nanoseconds waiting to run, then the times the thread was put on a
+// CPU: each is a wake-up or a preemption ended, and on a VM a wake-up of a
+// sleeping thread on another CPU also costs an interrupt between CPUs).
 enum CpuRole { kCpuCompute, kCpuActors, kCpuServerNet, kCpuClient, kCpuOther, kCpuRoles };
 constexpr const char* kCpuRoleNames[kCpuRoles] = {"compute", "actors", "server network", "bench client", "other"};
-using ThreadCpu = std::map<long, std::pair<CpuRole, double>>;  // tid → (role, ms on CPU so far)
+struct ThreadRun {
+    CpuRole role = kCpuOther;
+    double ms = 0;      // on CPU so far
+    double slices = 0;  // times put on a CPU so far
+};
+using ThreadCpu = std::map<long, ThreadRun>;  // by tid
 
 ThreadCpu thread_cpu() {
     ThreadCpu out;
@@ -269,32 +277,40 @@ ThreadCpu thread_cpu() {
         const long tid = std::strtol(entry.path().filename().c_str(), nullptr, 10);
         std::ifstream comm_in(entry.path() / "comm"), sched_in(entry.path() / "schedstat");
         std::string comm;
-        double run_ns = 0;
-        if (!std::getline(comm_in, comm) || !(sched_in >> run_ns)) continue;  // the thread just exited
+        double run_ns = 0, wait_ns = 0, slices = 0;
+        if (!std::getline(comm_in, comm) || !(sched_in >> run_ns >> wait_ns >> slices)) continue;  // the thread just exited
         CpuRole role = kCpuOther;
         if (tid == main_tid) role = kCpuClient;
         else if (comm == "specd.compute" || comm == "specd.verifier" || comm == "specd.draft") role = kCpuCompute;
         else if (comm == "specd.net") role = kCpuServerNet;
         else if (comm.rfind("caf.", 0) == 0) role = kCpuActors;
-        out[tid] = {role, run_ns / 1e6};
+        out[tid] = {role, run_ns / 1e6, slices};
     }
     return out;
 }
 
-// CPU ms per role between two snapshots (threads that started in between count from zero).
-std::array<double, kCpuRoles> cpu_between(const ThreadCpu& before, const ThreadCpu& after) {
-    std::array<double, kCpuRoles> ms{};
+using PerRole = std::array<double, kCpuRoles>;
+struct RoleUse {
+    PerRole ms{};      // CPU time by role
+    PerRole slices{};  // times its threads were put on a CPU, by role
+};
+
+// CPU use per role between two snapshots (threads that started in between count from zero).
+RoleUse cpu_between(const ThreadCpu& before, const ThreadCpu& after) {
+    RoleUse use;
     for (const auto& [tid, now] : after) {
         const auto it = before.find(tid);
-        ms[now.first] += now.second - (it == before.end() ? 0.0 : it->second.second);
+        const ThreadRun then = it == before.end() ? ThreadRun{} : it->second;
+        use.ms[now.role] += now.ms - then.ms;
+        use.slices[now.role] += now.slices - then.slices;
     }
-    return ms;
+    return use;
 }
 
 struct Level {
     double tps = 0;
     Sample sample;
-    std::array<double, kCpuRoles> cpu_ms{};  // CPU time of the run by role
+    RoleUse cpu;  // the run's CPU use by role
 };
 
 Level run_level(const Url& url, const std::string& key, int concurrency, int n, bool spec) {
@@ -305,7 +321,7 @@ Level run_level(const Url& url, const std::string& key, int concurrency, int n, 
     for (int i = 0; i < concurrency; ++i) std::make_shared<LoadClient>(ioc, url, key, i, n, spec, l.sample)->start();
     ioc.run();
     l.tps = 1000.0 * static_cast<double>(l.sample.tokens) / (now_ms() - t0);
-    l.cpu_ms = cpu_between(cpu0, thread_cpu());
+    l.cpu = cpu_between(cpu0, thread_cpu());
     return l;
 }
 
@@ -315,13 +331,37 @@ Level run_in_process(Runtime& runtime, int concurrency, int n, bool spec) {
     const ThreadCpu cpu0 = thread_cpu();
     LoadResult r = run_load(runtime, concurrency, n, spec, /*ignore_eos=*/false);
     Level l;
-    l.cpu_ms = cpu_between(cpu0, thread_cpu());
+    l.cpu = cpu_between(cpu0, thread_cpu());
     l.tps = r.tokens_per_s;
     l.sample.ttft_ms = std::move(r.ttft_ms);
     l.sample.itl_ms = std::move(r.itl_ms);
     l.sample.tokens = r.tokens;
     l.sample.errors = r.errors;
     return l;
+}
+
+// The cells of a role table's row: each role's figure per 1,000 tokens, then their sum.
+std::string per_thousand_tokens(const PerRole& by_role, int64_t tokens, const char* format) {
+    std::string cells;
+    double total = 0;
+    char cell[32];
+    for (double value : by_role) {
+        const double per_k = tokens > 0 ? 1000.0 * value / static_cast<double>(tokens) : 0.0;
+        total += per_k;
+        std::snprintf(cell, sizeof(cell), format, per_k);
+        cells += " " + std::string(cell) + " |";
+    }
+    std::snprintf(cell, sizeof(cell), format, total);
+    return cells + " " + cell + " |";
+}
+
+void print_role_table(const char* title, const std::vector<std::string>& rows) {
+    std::printf("\n%s\n\n| path | concurrency | spec |", title);
+    for (const char* role : kCpuRoleNames) std::printf(" %s |", role);
+    std::printf(" all |\n| --- | ---: | --- |");
+    for (int role = 0; role <= kCpuRoles; ++role) std::printf(" ---: |");
+    std::printf("\n");
+    for (const std::string& row : rows) std::printf("%s\n", row.c_str());
 }
 
 }  // namespace
@@ -366,14 +406,14 @@ void run_bench_net(const std::string& url_text, const std::string& target, const
             else (void)run_level(urls[static_cast<size_t>(path)], api_key, 1, 8, spec != 0);
         }
     }
-    std::vector<std::string> cpu_rows;  // the CPU table, printed after the main one
+    std::vector<std::string> cpu_rows, slice_rows;  // the CPU tables, printed after the main one
     for (int c : levels) {
         for (int spec = 1; spec >= 0; --spec) {
             // Rounds: every path once per round, so that the machine's drift
             // between rounds falls on all paths alike.
             std::vector<std::vector<double>> tps(n_paths), ttft_p50(n_paths);
             std::vector<Sample> pooled(n_paths);
-            std::vector<std::array<double, kCpuRoles>> cpu(n_paths);  // summed over the rounds
+            std::vector<RoleUse> cpu(n_paths);  // summed over the rounds
             for (int r = 0; r < reps; ++r) {
                 for (int path = first; path < static_cast<int>(urls.size()); ++path) {
                     const size_t slot = static_cast<size_t>(path - first);
@@ -382,7 +422,10 @@ void run_bench_net(const std::string& url_text, const std::string& target, const
                     tps[slot].push_back(l.tps);
                     ttft_p50[slot].push_back(percentile(l.sample.ttft_ms, 0.5));
                     merge(pooled[slot], l.sample);
-                    for (int role = 0; role < kCpuRoles; ++role) cpu[slot][role] += l.cpu_ms[role];
+                    for (int role = 0; role < kCpuRoles; ++role) {
+                        cpu[slot].ms[role] += l.cpu.ms[role];
+                        cpu[slot].slices[role] += l.cpu.slices[role];
+                    }
                 }
             }
             for (int path = first; path < static_cast<int>(urls.size()); ++path) {
@@ -403,30 +446,19 @@ void run_bench_net(const std::string& url_text, const std::string& target, const
                 }
                 std::printf("\n");
                 std::fflush(stdout);
-                std::string row = "| " + std::string(name) + " | " + std::to_string(c) + " | " + (spec ? "on" : "off") + " |";
-                double total = 0;
-                for (int role = 0; role < kCpuRoles; ++role) {
-                    const double per_k = all.tokens > 0 ? 1000.0 * cpu[slot][role] / static_cast<double>(all.tokens) : 0.0;
-                    total += per_k;
-                    char cell[32];
-                    std::snprintf(cell, sizeof(cell), " %.1f |", per_k);
-                    row += cell;
-                }
-                char cell[32];
-                std::snprintf(cell, sizeof(cell), " %.1f |", total);
-                cpu_rows.push_back(row + cell);
+                const std::string head = "| " + std::string(name) + " | " + std::to_string(c) + " | " + (spec ? "on" : "off") + " |";
+                cpu_rows.push_back(head + per_thousand_tokens(cpu[slot].ms, all.tokens, "%.1f"));
+                slice_rows.push_back(head + per_thousand_tokens(cpu[slot].slices, all.tokens, "%.0f"));
             }
         }
     }
     // CPU time by thread role, per 1,000 tokens, over all rounds: what each
     // path costs the machine, apart from the noise that moves tokens/s.
-    std::printf("\nCPU ms per 1000 tokens by thread role (this process; the main thread runs the load clients):\n\n"
-                "| path | concurrency | spec |");
-    for (const char* role : kCpuRoleNames) std::printf(" %s |", role);
-    std::printf(" all |\n| --- | ---: | --- |");
-    for (int role = 0; role <= kCpuRoles; ++role) std::printf(" ---: |");
-    std::printf("\n");
-    for (const std::string& row : cpu_rows) std::printf("%s\n", row.c_str());
+    // Then how often each role's threads got a CPU: on 2 cores, every
+    // network or client thread put on a CPU takes it from a compute thread
+    // in the middle of a step, whose partner then spins at the next barrier.
+    print_role_table("CPU ms per 1000 tokens by thread role (this process; the main thread runs the load clients):", cpu_rows);
+    print_role_table("Times put on a CPU per 1000 tokens by thread role (wake-ups and ends of preemption; schedstat):", slice_rows);
     if (server) server->stop();
 }
 
