@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -256,16 +257,17 @@ private:
 
 // Where the CPU goes: run time of this process's threads, summed by role.
 // Thread names come from ThreadPool::set_current_thread_name; the main
-// thread runs the load clients. Linux only (schedstat: nanoseconds on CPU,
-// then nanoseconds waiting to run, then the times the thread was put on a
-// CPU: each is a wake-up or a preemption ended, and on a VM a wake-up of a
-// sleeping thread on another CPU also costs an interrupt between CPUs).
+// thread runs the load clients. Linux only: schedstat's first field is the
+// nanoseconds on CPU; status counts the voluntary context switches (the
+// thread went to sleep, so each is followed by a wake-up, which on a VM
+// costs an interrupt between CPUs) and the involuntary ones (preempted).
 enum CpuRole { kCpuCompute, kCpuActors, kCpuServerNet, kCpuClient, kCpuOther, kCpuRoles };
 constexpr const char* kCpuRoleNames[kCpuRoles] = {"compute", "actors", "server network", "bench client", "other"};
 struct ThreadRun {
     CpuRole role = kCpuOther;
-    double ms = 0;      // on CPU so far
-    double slices = 0;  // times put on a CPU so far
+    double ms = 0;         // on CPU so far
+    double sleeps = 0;     // voluntary context switches so far
+    double preempted = 0;  // involuntary context switches so far
 };
 using ThreadCpu = std::map<long, ThreadRun>;  // by tid
 
@@ -275,24 +277,30 @@ ThreadCpu thread_cpu() {
     const long main_tid = static_cast<long>(getpid());
     for (const auto& entry : std::filesystem::directory_iterator("/proc/self/task", ec)) {
         const long tid = std::strtol(entry.path().filename().c_str(), nullptr, 10);
-        std::ifstream comm_in(entry.path() / "comm"), sched_in(entry.path() / "schedstat");
+        std::ifstream comm_in(entry.path() / "comm"), sched_in(entry.path() / "schedstat"), status_in(entry.path() / "status");
         std::string comm;
-        double run_ns = 0, wait_ns = 0, slices = 0;
-        if (!std::getline(comm_in, comm) || !(sched_in >> run_ns >> wait_ns >> slices)) continue;  // the thread just exited
+        double run_ns = 0, sleeps = -1, preempted = -1;
+        if (!std::getline(comm_in, comm) || !(sched_in >> run_ns)) continue;  // the thread just exited
+        for (std::string line; std::getline(status_in, line);) {
+            if (line.rfind("voluntary_ctxt_switches:", 0) == 0) sleeps = std::strtod(line.c_str() + 24, nullptr);
+            else if (line.rfind("nonvoluntary_ctxt_switches:", 0) == 0) preempted = std::strtod(line.c_str() + 27, nullptr);
+        }
+        if (sleeps < 0 || preempted < 0) continue;
         CpuRole role = kCpuOther;
         if (tid == main_tid) role = kCpuClient;
         else if (comm == "specd.compute" || comm == "specd.verifier" || comm == "specd.draft") role = kCpuCompute;
         else if (comm == "specd.net") role = kCpuServerNet;
         else if (comm.rfind("caf.", 0) == 0) role = kCpuActors;
-        out[tid] = {role, run_ns / 1e6, slices};
+        out[tid] = {role, run_ns / 1e6, sleeps, preempted};
     }
     return out;
 }
 
 using PerRole = std::array<double, kCpuRoles>;
 struct RoleUse {
-    PerRole ms{};      // CPU time by role
-    PerRole slices{};  // times its threads were put on a CPU, by role
+    PerRole ms{};         // CPU time by role
+    PerRole sleeps{};     // voluntary context switches by role
+    PerRole preempted{};  // involuntary context switches by role
 };
 
 // CPU use per role between two snapshots (threads that started in between count from zero).
@@ -302,7 +310,8 @@ RoleUse cpu_between(const ThreadCpu& before, const ThreadCpu& after) {
         const auto it = before.find(tid);
         const ThreadRun then = it == before.end() ? ThreadRun{} : it->second;
         use.ms[now.role] += now.ms - then.ms;
-        use.slices[now.role] += now.slices - then.slices;
+        use.sleeps[now.role] += now.sleeps - then.sleeps;
+        use.preempted[now.role] += now.preempted - then.preempted;
     }
     return use;
 }
@@ -406,7 +415,7 @@ void run_bench_net(const std::string& url_text, const std::string& target, const
             else (void)run_level(urls[static_cast<size_t>(path)], api_key, 1, 8, spec != 0);
         }
     }
-    std::vector<std::string> cpu_rows, slice_rows;  // the CPU tables, printed after the main one
+    std::vector<std::string> cpu_rows, sleep_rows, preempt_rows;  // the CPU tables, printed after the main one
     for (int c : levels) {
         for (int spec = 1; spec >= 0; --spec) {
             // Rounds: every path once per round, so that the machine's drift
@@ -424,7 +433,8 @@ void run_bench_net(const std::string& url_text, const std::string& target, const
                     merge(pooled[slot], l.sample);
                     for (int role = 0; role < kCpuRoles; ++role) {
                         cpu[slot].ms[role] += l.cpu.ms[role];
-                        cpu[slot].slices[role] += l.cpu.slices[role];
+                        cpu[slot].sleeps[role] += l.cpu.sleeps[role];
+                        cpu[slot].preempted[role] += l.cpu.preempted[role];
                     }
                 }
             }
@@ -448,17 +458,20 @@ void run_bench_net(const std::string& url_text, const std::string& target, const
                 std::fflush(stdout);
                 const std::string head = "| " + std::string(name) + " | " + std::to_string(c) + " | " + (spec ? "on" : "off") + " |";
                 cpu_rows.push_back(head + per_thousand_tokens(cpu[slot].ms, all.tokens, "%.1f"));
-                slice_rows.push_back(head + per_thousand_tokens(cpu[slot].slices, all.tokens, "%.0f"));
+                sleep_rows.push_back(head + per_thousand_tokens(cpu[slot].sleeps, all.tokens, "%.0f"));
+                preempt_rows.push_back(head + per_thousand_tokens(cpu[slot].preempted, all.tokens, "%.0f"));
             }
         }
     }
     // CPU time by thread role, per 1,000 tokens, over all rounds: what each
     // path costs the machine, apart from the noise that moves tokens/s.
-    // Then how often each role's threads got a CPU: on 2 cores, every
-    // network or client thread put on a CPU takes it from a compute thread
-    // in the middle of a step, whose partner then spins at the next barrier.
+    // Then how often each role's threads slept (and so were woken) and were
+    // preempted: on 2 cores, every network or client thread that wakes takes
+    // a CPU from a compute thread in the middle of a step, whose partner
+    // then spins at the next barrier.
     print_role_table("CPU ms per 1000 tokens by thread role (this process; the main thread runs the load clients):", cpu_rows);
-    print_role_table("Times put on a CPU per 1000 tokens by thread role (wake-ups and ends of preemption; schedstat):", slice_rows);
+    print_role_table("Sleeps (each followed by a wake-up) per 1000 tokens by thread role (voluntary context switches):", sleep_rows);
+    print_role_table("Preemptions per 1000 tokens by thread role (involuntary context switches):", preempt_rows);
     if (server) server->stop();
 }
 
