@@ -281,9 +281,10 @@ ThreadCpu thread_cpu() {
         std::string comm;
         double run_ns = 0, sleeps = -1, preempted = -1;
         if (!std::getline(comm_in, comm) || !(sched_in >> run_ns)) continue;  // the thread just exited
+        constexpr std::string_view kSleeps = "voluntary_ctxt_switches:", kPreempted = "nonvoluntary_ctxt_switches:";
         for (std::string line; std::getline(status_in, line);) {
-            if (line.rfind("voluntary_ctxt_switches:", 0) == 0) sleeps = std::strtod(line.c_str() + 24, nullptr);
-            else if (line.rfind("nonvoluntary_ctxt_switches:", 0) == 0) preempted = std::strtod(line.c_str() + 27, nullptr);
+            if (line.rfind(kSleeps, 0) == 0) sleeps = std::strtod(line.c_str() + kSleeps.size(), nullptr);
+            else if (line.rfind(kPreempted, 0) == 0) preempted = std::strtod(line.c_str() + kPreempted.size(), nullptr);
         }
         if (sleeps < 0 || preempted < 0) continue;
         CpuRole role = kCpuOther;
@@ -301,6 +302,14 @@ struct RoleUse {
     PerRole ms{};         // CPU time by role
     PerRole sleeps{};     // voluntary context switches by role
     PerRole preempted{};  // involuntary context switches by role
+    RoleUse& operator+=(const RoleUse& other) {
+        for (int role = 0; role < kCpuRoles; ++role) {
+            ms[role] += other.ms[role];
+            sleeps[role] += other.sleeps[role];
+            preempted[role] += other.preempted[role];
+        }
+        return *this;
+    }
 };
 
 // CPU use per role between two snapshots (threads that started in between count from zero).
@@ -431,11 +440,7 @@ void run_bench_net(const std::string& url_text, const std::string& target, const
                     tps[slot].push_back(l.tps);
                     ttft_p50[slot].push_back(percentile(l.sample.ttft_ms, 0.5));
                     merge(pooled[slot], l.sample);
-                    for (int role = 0; role < kCpuRoles; ++role) {
-                        cpu[slot].ms[role] += l.cpu.ms[role];
-                        cpu[slot].sleeps[role] += l.cpu.sleeps[role];
-                        cpu[slot].preempted[role] += l.cpu.preempted[role];
-                    }
+                    cpu[slot] += l.cpu;
                 }
             }
             for (int path = first; path < static_cast<int>(urls.size()); ++path) {
