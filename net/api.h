@@ -45,13 +45,16 @@ using ChatRenderer = std::string (*)(const void* ctx, const std::vector<std::pai
 ParsedRequest parse_generation(const nlohmann::json& body, ApiKind kind, const RequestLimits& limits, ChatRenderer render_chat,
                                const void* render_ctx);
 
-// Parses text as JSON; ApiError{400, "invalid_json"} naming the position.
-nlohmann::json parse_json(const std::string& text);
+// Parses text as JSON (config/json_text.h: depth-limited, every library
+// error in our words); ApiError{400, "invalid_json"} naming the position.
+nlohmann::json parse_json(std::string_view text);
 
-// {"error": {"message", "type", "param", "code"}} as OpenAI.
+// {"error": {"message", "type", "param", "code"}} as OpenAI; 429 has type
+// "rate_limit_exceeded". Invalid UTF-8 in any field becomes U+FFFD.
 std::string error_body(const ApiError& e);
 
-// OpenAI finish_reason for ours ("context" becomes "length", "cancelled" "stop").
+// OpenAI finish_reason for ours: "context" becomes "length"; "cancelled"
+// stays (a cut answer must not read as complete); EOS is "stop".
 std::string openai_finish_reason(const std::string& ours);
 
 nlohmann::json usage_json(const done_event& d);

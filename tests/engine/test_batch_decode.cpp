@@ -441,6 +441,17 @@ TEST_CASE("KV ledger: grants what fits, queues in order, refuses what never fits
     CHECK(ledger.draft_free_blocks() == 4);
 }
 
+TEST_CASE("KV ledger: a refusal names the limit that was hit, sequence slots or KV blocks", "[batch][ledger]") {
+    KvLedger ledger(KvPoolSpec{100, 16, 2}, KvPoolSpec{}, 1);
+    std::string why;
+    CHECK(ledger.acquire(1, {16, 0}, &why) == Admission::Granted);
+    CHECK(ledger.acquire(2, {16, 0}, &why) == Admission::Granted);
+    CHECK(ledger.acquire(3, {16, 0}, &why) == Admission::Queued);    // both slots taken, blocks plenty
+    CHECK(ledger.acquire(4, {16, 0}, &why) == Admission::Refused);
+    CHECK_THAT(why, Catch::Contains("too many requests") && Catch::Contains("max_sessions 2") && Catch::Contains("queue_length 1"));
+    CHECK_THAT(why, !Catch::Contains("KV cache full"));
+}
+
 TEST_CASE("load policy: k shrinks as the load grows and speculation turns off once the cap is too short to pay", "[batch]") {
     LoadPolicy p;  // default budget 10
     CHECK(p.k_cap(1, 8) == 8);   // alone: never capped

@@ -66,3 +66,10 @@ TEST_CASE("content_chunk_json: the same JSON as the completion and chat chunk ob
     CHECK(json::parse(chat) == chat_chunk(id, model, 1733390000, nullptr, &text, ""));
     CHECK(json::parse(chat)["choices"][0]["delta"]["content"] == text);
 }
+
+TEST_CASE("openai_finish_reason: a cancelled generation stays \"cancelled\" (a cut answer must not read as complete)", "[net][api]") {
+    CHECK(specd::net::openai_finish_reason("cancelled") == "cancelled");
+    CHECK(specd::net::openai_finish_reason("context") == "length");
+    CHECK(specd::net::openai_finish_reason("length") == "length");
+    CHECK(specd::net::openai_finish_reason("stop") == "stop");
+}
