@@ -48,6 +48,22 @@ std::string library_reason(const std::string& what) {
     return valid_utf8(reason);
 }
 
+// The input near an error, quoted on one line: valid UTF-8, cut short,
+// control bytes shown as escapes (\n, \x01) instead of breaking the line.
+std::string quoted_input(std::string_view text) {
+    static constexpr char kHex[] = "0123456789abcdef";
+    std::string out;
+    for (const char c : utf8_excerpt(text, 24)) {
+        const auto u = static_cast<unsigned char>(c);
+        if (c == '\n') out += "\\n";
+        else if (c == '\r') out += "\\r";
+        else if (c == '\t') out += "\\t";
+        else if (u < 0x20 || u == 0x7F) out += std::string("\\x") + kHex[u >> 4] + kHex[u & 15];
+        else out += c;
+    }
+    return out;
+}
+
 }  // namespace
 
 nlohmann::json parse_json_text(std::string_view text) {
@@ -61,7 +77,7 @@ nlohmann::json parse_json_text(std::string_view text) {
         const size_t at = e.byte > 0 ? std::min<size_t>(e.byte - 1, text.size()) : 0;
         const size_t from = at > 16 ? at - 16 : 0;
         std::string message = "malformed JSON at byte " + std::to_string(e.byte) + ": " + library_reason(e.what());
-        if (!text.empty()) message += " near '" + utf8_excerpt(text.substr(from, at - from + 8), 24) + "'";
+        if (!text.empty()) message += " near '" + quoted_input(text.substr(from, at - from + 8)) + "'";
         throw JsonTextError(message);
     } catch (const nlohmann::json::out_of_range&) {
         throw JsonTextError("a number in the JSON is out of range (beyond a double's ±1.8e308)");

@@ -256,7 +256,7 @@ void store_text(RuntimeConfig& c, const Entry& e, const std::string& text, const
     switch (f.kind) {
         case Kind::boolean: {
             const std::string s = lower(text);
-            bool v;
+            bool v = false;
             if (s == "true" || s == "1" || s == "yes" || s == "on") v = true;
             else if (s == "false" || s == "0" || s == "no" || s == "off") v = false;
             else fail();

@@ -41,6 +41,8 @@ TEST_CASE("parse_json_text: numbers beyond a double, bad UTF-8 and smart quotes 
         "{\"prompt\":\"\xFF\xFE\"}",                                     // raw invalid bytes in a string
         "{\"prompt\":\"h\xC3",                                           // truncated mid-character
         "{\"a\":NaN}", "[Infinity]", "{\"a\":", "", "   ",
+        "{\"prompt\": \"a\nb\x01\"}",                                    // raw control bytes: the message stays one line
+        "{\"max_tokens\": 5\x01\n\"temperature\": 0}",
     };
     for (const std::string& text : cases) {
         const std::string e = parse_error(text);
