@@ -12,8 +12,9 @@ seconds=${1:-60}
 [ "$seconds" -gt 0 ] || { echo "fuzz: skipped"; exit 0; }
 shift || true
 build=$root/build-fuzz
+# No CUDA: the targets are CPU code, and nvcc need not accept clang as its host compiler.
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++-14 \
-  -DCMAKE_C_COMPILER=clang-14 -DSPECD_BUILD_FUZZ=ON -DSPECD_BUILD_TESTS=OFF >/dev/null
+  -DCMAKE_C_COMPILER=clang-14 -DSPECD_BUILD_FUZZ=ON -DSPECD_BUILD_TESTS=OFF -DSPECD_CUDA=OFF >/dev/null
 if [ $# -gt 0 ]; then
   targets="$*"
 else
