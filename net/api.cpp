@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "config/json_text.h"
+#include "engine/stop_matcher.h"
 #include "engine/utf8.h"
 
 namespace specd::net {
@@ -106,6 +107,8 @@ ParsedRequest parse_generation(const json& body, ApiKind kind, const RequestLimi
     if (const json* v = given(body, "model")) {
         if (!v->is_string()) bad("model", "model must be a string");
         r.model = v->get<std::string>();
+        if (r.model.size() > kMaxModelNameBytes)
+            bad("model", "model is " + std::to_string(r.model.size()) + " bytes; names are at most " + std::to_string(kMaxModelNameBytes));
     }
     for (const char* key : {"max_tokens", "max_completion_tokens", "n_predict"}) {
         if (const json* v = given(body, key)) r.max_tokens = static_cast<int32_t>(integer(*v, key, 1, limits.max_tokens_limit));
@@ -117,7 +120,24 @@ ParsedRequest parse_generation(const json& body, ApiKind kind, const RequestLimi
     if (const json* v = given(body, "repeat_penalty")) r.sampling.repeat_penalty = static_cast<float>(number(*v, "repeat_penalty", 0.01, 10.0));
     if (const json* v = given(body, "seed")) r.sampling.seed = static_cast<uint64_t>(integer(*v, "seed", 0, INT64_MAX));
     if (const json* v = given(body, "n"); v && !(v->is_number_integer() && v->get<int64_t>() == 1)) bad("n", "only n = 1 is supported");
-    if (const json* v = given(body, "stop"); v && !(v->is_array() && v->empty())) bad("stop", "stop sequences are not supported yet");
+    if (const json* v = given(body, "stop")) {
+        // A string or an array of strings (OpenAI: up to 4; llama-server more).
+        const auto add = [&](const json& s) {
+            if (!s.is_string()) bad("stop", "stop must be a string or an array of strings, got " + shown(s));
+            const std::string& text = s.get_ref<const std::string&>();
+            if (text.empty()) bad("stop", "a stop sequence must not be empty");
+            if (text.size() > kMaxStopSequenceBytes)
+                bad("stop", "a stop sequence is at most " + std::to_string(kMaxStopSequenceBytes) + " bytes, got " + std::to_string(text.size()));
+            r.stop.push_back(text);
+        };
+        if (v->is_array()) {
+            if (v->size() > kMaxStopSequences)
+                bad("stop", "at most " + std::to_string(kMaxStopSequences) + " stop sequences, got " + std::to_string(v->size()));
+            for (const json& s : *v) add(s);
+        } else {
+            add(*v);
+        }
+    }
     if (const json* v = given(body, "stream")) out.stream = boolean(*v, "stream");
     if (const json* s = given(body, "speculative")) {
         if (!s->is_object()) bad("speculative", "speculative must be an object");

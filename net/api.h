@@ -32,6 +32,9 @@ struct ParsedRequest {
     std::vector<std::pair<std::string, std::string>> messages;  // (role, content) when chat
 };
 
+// The longest model name a request may give (bytes); names are echoed in errors.
+inline constexpr size_t kMaxModelNameBytes = 256;
+
 // Limits every generation request is checked against.
 struct RequestLimits {
     int32_t max_tokens_limit = 4096;    // "max_tokens_limit": largest max_tokens accepted

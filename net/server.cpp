@@ -14,6 +14,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <shared_mutex>
 #include <sstream>
 #include <string_view>
 #include <thread>
@@ -167,6 +168,22 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
         return ws_closers.size();
     }
 
+    // Runtime (CAF) threads and stop() hand work to a connection only
+    // through post_to(): the handler holds the connection weakly and locks
+    // it on the connection's strand, so a connection is never destroyed off
+    // the network threads (its socket and timers belong to them); and
+    // nothing is posted once stop() tears the network context down.
+    std::shared_mutex post_mu;
+    bool posts_open = true;  // under post_mu
+    template <class Session, class Fn>
+    void post_to(const asio::any_io_executor& strand, std::weak_ptr<Session> weak, Fn fn) {
+        std::shared_lock<std::shared_mutex> lock(post_mu);
+        if (!posts_open) return;
+        asio::post(strand, [weak = std::move(weak), fn = std::move(fn)]() mutable {
+            if (auto s = weak.lock()) fn(*s);
+        });
+    }
+
     Impl(Runtime& rt, ServerOptions o)
         : runtime(rt),
           opt(std::move(o)),
@@ -292,9 +309,8 @@ public:
         beast::get_lowest_layer(ws_).expires_never();
         ws_.set_option(websocket::stream_base::decorator([](websocket::response_type& res) { res.set(http::field::server, "specd"); }));
         // On shutdown every WebSocket gets a 1001 close frame (Server::stop).
-        closer_id_ = server_->remember_websocket([weak = weak_from_this()] {
-            if (auto s = weak.lock())
-                asio::post(s->ws_.get_executor(), [s] { s->close(websocket::close_code::going_away, "the server is shutting down"); });
+        closer_id_ = server_->remember_websocket([impl = server_.get(), strand = ws_.get_executor(), weak = weak_from_this()] {
+            impl->post_to(strand, weak, [](WsSession& s) { s.close(websocket::close_code::going_away, "the server is shutting down"); });
         });
         if (leftover.size() == 0) {
             ws_.async_accept(req, beast::bind_front_handler(&WsSession::on_accept, shared_from_this()));
@@ -308,10 +324,6 @@ public:
         ws_.async_accept(asio::buffer(bytes), beast::bind_front_handler(&WsSession::on_accept, shared_from_this()));
     }
 
-    // Called on a CAF thread: hop onto the strand.
-    void post_frame(std::string frame) {
-        asio::post(ws_.get_executor(), [self = shared_from_this(), f = std::move(frame)]() mutable { self->send(std::move(f)); });
-    }
 
 private:
     struct Generation {
@@ -376,39 +388,34 @@ private:
                                        "at most " + std::to_string(server_->opt.max_generations_per_connection) +
                                            " generations may run on one connection"));
         std::weak_ptr<WsSession> weak = weak_from_this();
-        RuntimeCallbacks cb;
-        cb.on_token = [weak](const token_event& e) {
-            if (auto s = weak.lock()) {
-                asio::post(s->ws_.get_executor(), [s, e]() {
-                    auto it = s->generations_.find(e.id);
-                    if (it != s->generations_.end()) it->second.timing.on_tokens(s->server_->metrics, e.tokens.size());
-                    s->send_tokens(e);
-                });
-            }
-        };
+        const asio::any_io_executor strand = ws_.get_executor();
         std::shared_ptr<Server::Impl> impl = server_;  // outlives the connection and the Server object
+        RuntimeCallbacks cb;
+        cb.on_token = [impl, strand, weak](const token_event& e) {
+            impl->post_to(strand, weak, [e](WsSession& s) {
+                auto it = s.generations_.find(e.id);
+                if (it != s.generations_.end()) it->second.timing.on_tokens(s.server_->metrics, e.tokens.size());
+                s.send_tokens(e);
+            });
+        };
         const std::string log_id = connection_id_ + "/" + id;  // client ids are only unique per connection
-        cb.on_done = [weak, impl, log_id](const done_event& d) {
+        cb.on_done = [impl, strand, weak, log_id](const done_event& d) {
             impl->record_done(d);
             impl->log_done(d, "ws", log_id);
             --impl->active_generations;
-            if (auto s = weak.lock()) {
-                asio::post(s->ws_.get_executor(), [s, d]() {
-                    s->generations_.erase(d.id);
-                    s->send_final(d.id, ws_done_frame(d));
-                });
-            }
+            impl->post_to(strand, weak, [d](WsSession& s) {
+                s.generations_.erase(d.id);
+                s.send_final(d.id, ws_done_frame(d));
+            });
         };
-        cb.on_error = [weak, impl, log_id](const error_event& e) {
+        cb.on_error = [impl, strand, weak, log_id](const error_event& e) {
             ++impl->metrics.generations_error;
             impl->log_error(e, "ws", log_id);
             --impl->active_generations;
-            if (auto s = weak.lock()) {
-                asio::post(s->ws_.get_executor(), [s, e]() {
-                    s->generations_.erase(e.id);
-                    s->send_final(e.id, ws_error_frame(&e.id, e.code, e.message));
-                });
-            }
+            impl->post_to(strand, weak, [e](WsSession& s) {
+                s.generations_.erase(e.id);
+                s.send_final(e.id, ws_error_frame(&e.id, e.code, e.message));
+            });
         };
         Generation g;
         ++server_->active_generations;
@@ -602,6 +609,8 @@ private:
         }
         if (p.rfind("/admin/", 0) == 0) return admin(p, get, post);
         if (!server_->authorised(req_)) return reply_error(401, "invalid_api_key", "missing or wrong API key (Authorization: Bearer KEY)");
+        if (p == "/v1/ws" && !websocket::is_upgrade(req_))
+            return reply_error(426, "upgrade_required", "/v1/ws is the WebSocket endpoint: send an upgrade request (Upgrade: websocket)");
         if (websocket::is_upgrade(req_)) {
             if (p != "/v1/ws") return reply_error(404, "not_found", "WebSocket endpoint is /v1/ws");
             upgraded_ = true;
@@ -685,23 +694,24 @@ private:
         model_ = server_->runtime.model_name();
         parsed.request.id = id_;
         std::weak_ptr<HttpSession> weak = weak_from_this();
+        const asio::any_io_executor strand = stream_.get_executor();
+        std::shared_ptr<Server::Impl> impl = server_;  // outlives the connection and the Server object
         RuntimeCallbacks cb;
-        cb.on_token = [weak](const token_event& e) {
-            if (auto s = weak.lock()) asio::post(s->stream_.get_executor(), [s, e]() { s->on_token(e); });
+        cb.on_token = [impl, strand, weak](const token_event& e) {
+            impl->post_to(strand, weak, [e](HttpSession& s) { s.on_token(e); });
         };
         // Counted here, not on the strand: the connection may be gone already.
-        std::shared_ptr<Server::Impl> impl = server_;  // outlives the connection and the Server object
-        cb.on_done = [weak, impl](const done_event& d) {
+        cb.on_done = [impl, strand, weak](const done_event& d) {
             impl->record_done(d);
             impl->log_done(d, "http", d.id);
             --impl->active_generations;
-            if (auto s = weak.lock()) asio::post(s->stream_.get_executor(), [s, d]() { s->on_done(d); });
+            impl->post_to(strand, weak, [d](HttpSession& s) { s.on_done(d); });
         };
-        cb.on_error = [weak, impl](const error_event& e) {
+        cb.on_error = [impl, strand, weak](const error_event& e) {
             ++impl->metrics.generations_error;
             impl->log_error(e, "http", e.id);
             --impl->active_generations;
-            if (auto s = weak.lock()) asio::post(s->stream_.get_executor(), [s, e]() { s->on_error(e); });
+            impl->post_to(strand, weak, [e](HttpSession& s) { s.on_error(e); });
         };
         stream_started_ = false;
         ++server_->active_generations;
@@ -1105,6 +1115,10 @@ void Server::stop() {
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
     impl_->ioc->stop();
     for (auto& t : impl_->threads) t.join();
+    {
+        std::unique_lock<std::shared_mutex> lock(impl_->post_mu);
+        impl_->posts_open = false;  // the context goes next: runtime events for connections are dropped from now on
+    }
     impl_->threads.clear();
     // Destroying the context destroys every pending handler and so every
     // connection (each cancels its generations on the way out).

@@ -133,6 +133,9 @@ TEST_CASE("HTTP details: HEAD, case-sensitive methods, any-case Bearer, non-UTF-
     CHECK(status_of(send_raw(port, "GET /v1/models?api_key=k%25y HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")) == 200);
     CHECK(status_of(send_raw(port, "GET /v1/models?x=1&api_key=k%y HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")) == 200);
 
+    const std::string no_upgrade = send_raw(port, "GET /v1/ws HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k%y\r\nConnection: close\r\n\r\n");
+    CHECK(status_of(no_upgrade) == 426);
+
     const std::string bad_path = send_raw(port, "GET /\xFF\xFE HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k%y\r\nConnection: close\r\n\r\n");
     CHECK(status_of(bad_path) == 404);
     CHECK(is_valid_utf8(body_of(bad_path)));

@@ -54,6 +54,11 @@ TEST_CASE("parse_generation: null for an optional parameter means its default, a
     CHECK_FALSE(r.stream);
     CHECK(r.request.model.empty());
     CHECK(http_error(R"({"messages":null})", ApiKind::Chat).param == "messages");
+    const auto stops = [](const char* body) {
+        return parse_generation(parse_json(body), ApiKind::Completion, kLimits, plain_transcript, nullptr).request.stop;
+    };
+    CHECK(stops(R"({"prompt":"x","stop":"\n\n"})") == std::vector<std::string>{"\n\n"});
+    CHECK(stops(R"({"prompt":"x","stop":["A:","B:"]})") == std::vector<std::string>{"A:", "B:"});
 }
 
 TEST_CASE("parse_generation: wrong types and out-of-range values name the parameter; long values are echoed short", "[net][api]") {
@@ -65,6 +70,12 @@ TEST_CASE("parse_generation: wrong types and out-of-range values name the parame
     CHECK(big.message.size() < 200);
     CHECK(http_error(R"({"prompt":"x","temperature":1e400})", ApiKind::Completion).code == "invalid_json");
     CHECK(http_error(R"({"prompt":"x","stream":"yes"})", ApiKind::Completion).param == "stream");
+    const ApiError model = http_error(R"({"prompt":"x","model":")" + std::string(1000000, 'm') + R"("})", ApiKind::Completion);
+    CHECK(model.param == "model");
+    CHECK(model.message.size() < 200);
+    CHECK(http_error(R"({"prompt":"x","stop":["a","b","c","d","e","f","g","h","i","j","k","l","m","n","o","p","q"]})", ApiKind::Completion).param == "stop");
+    CHECK(http_error(R"({"prompt":"x","stop":[""]})", ApiKind::Completion).param == "stop");
+    CHECK(http_error(R"({"prompt":"x","stop":[1]})", ApiKind::Completion).param == "stop");
     CHECK(http_error(R"({"prompt":"x","speculative":{"enabled":1}})", ApiKind::Completion).param == "speculative.enabled");
 }
 
