@@ -78,6 +78,7 @@ void SessionCore::emit(int32_t token, bool drafted) {
     pending_emit_.tokens.push_back(token);
     pending_emit_.from_draft.push_back(drafted ? 1 : 0);
     decoder_.push(token, pending_emit_.text);
+    pending_emit_.text_ends.push_back(static_cast<uint32_t>(pending_emit_.text.size()));
     if (static_cast<int32_t>(output_.size()) >= params_.max_tokens) stop(StopReason::Length);
 }
 
@@ -209,10 +210,15 @@ void SessionCore::take_emitted(Emitted& out) {
     out.tokens.swap(pending_emit_.tokens);
     out.from_draft.swap(pending_emit_.from_draft);
     out.text.swap(pending_emit_.text);
+    out.text_ends.swap(pending_emit_.text_ends);
     pending_emit_.tokens.clear();
     pending_emit_.from_draft.clear();
     pending_emit_.text.clear();
-    if (finished_) decoder_.flush(out.text);
+    pending_emit_.text_ends.clear();
+    if (finished_) {
+        decoder_.flush(out.text);
+        if (!out.text_ends.empty()) out.text_ends.back() = static_cast<uint32_t>(out.text.size());
+    }
 }
 
 }  // namespace specd

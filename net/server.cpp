@@ -429,6 +429,8 @@ private:
                 token_event& merged = it->second.event;
                 merged.tokens.insert(merged.tokens.end(), e.tokens.begin(), e.tokens.end());
                 merged.from_draft.insert(merged.from_draft.end(), e.from_draft.begin(), e.from_draft.end());
+                const auto shift = static_cast<uint32_t>(merged.text.size());
+                for (uint32_t end : e.text_ends) merged.text_ends.push_back(shift + end);
                 merged.text += e.text;
                 queue_[static_cast<size_t>(it->second.seq - front_seq_)] = ws_token_frame(merged);
                 ++coalesced_;
