@@ -51,6 +51,7 @@ struct token_event {
     std::vector<int32_t> tokens;
     std::vector<uint8_t> from_draft;      // (tokens) 1: a drafted token the target accepted
     std::string text;                     // their UTF-8 text (a split character waits for its last byte)
+    std::vector<uint32_t> text_ends;      // (tokens) where token i's bytes of text end (SessionCore::Emitted)
 };
 
 // The end of a generation.
@@ -190,7 +191,7 @@ typename Inspector::result_type inspect(Inspector& f, generate_request& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, token_event& x) {
-    return f(caf::meta::type_name("specd::token_event"), x.id, x.tokens, x.from_draft, x.text);
+    return f(caf::meta::type_name("specd::token_event"), x.id, x.tokens, x.from_draft, x.text, x.text_ends);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, done_event& x) {

@@ -960,7 +960,7 @@ void session_flush(session_ptr self) {
     s.core->take_emitted(s.emitted);
     if (!s.emitted.tokens.empty() || !s.emitted.text.empty()) {
         if (s.t_first < 0) s.t_first = now_ms();
-        s.sink.token(token_event{s.id, s.emitted.tokens, s.emitted.from_draft, s.emitted.text});
+        s.sink.token(token_event{s.id, s.emitted.tokens, s.emitted.from_draft, s.emitted.text, s.emitted.text_ends});
     }
     if (!s.core->finished()) return;
     const SpecStats& st = s.core->stats();

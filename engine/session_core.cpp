@@ -86,9 +86,12 @@ void SessionCore::emit(int32_t token, bool drafted) {
     if (stop_matcher_.active()) {
         decoded_.clear();
         decoder_.push(token, decoded_);
-        if (stop_matcher_.feed(decoded_, pending_emit_.text)) return stop(StopReason::StopSequence);
+        const bool matched = stop_matcher_.feed(decoded_, pending_emit_.text);
+        pending_emit_.text_ends.push_back(static_cast<uint32_t>(pending_emit_.text.size()));
+        if (matched) return stop(StopReason::StopSequence);
     } else {
         decoder_.push(token, pending_emit_.text);
+        pending_emit_.text_ends.push_back(static_cast<uint32_t>(pending_emit_.text.size()));
     }
     if (static_cast<int32_t>(output_.size()) >= params_.max_tokens) stop(StopReason::Length);
 }
@@ -221,14 +224,21 @@ void SessionCore::take_emitted(Emitted& out) {
     out.tokens.swap(pending_emit_.tokens);
     out.from_draft.swap(pending_emit_.from_draft);
     out.text.swap(pending_emit_.text);
+    out.text_ends.swap(pending_emit_.text_ends);
     pending_emit_.tokens.clear();
     pending_emit_.from_draft.clear();
     pending_emit_.text.clear();
+    pending_emit_.text_ends.clear();
     if (!finished_) return;
-    if (!stop_matcher_.active()) return decoder_.flush(out.text);
-    decoded_.clear();
-    decoder_.flush(decoded_);
-    if (!stop_matcher_.feed(decoded_, out.text)) stop_matcher_.flush(out.text);
+    // The final flush (a held-back tail) belongs to the last token.
+    if (!stop_matcher_.active()) {
+        decoder_.flush(out.text);
+    } else {
+        decoded_.clear();
+        decoder_.flush(decoded_);
+        if (!stop_matcher_.feed(decoded_, out.text)) stop_matcher_.flush(out.text);
+    }
+    if (!out.text_ends.empty()) out.text_ends.back() = static_cast<uint32_t>(out.text.size());
 }
 
 }  // namespace specd

@@ -110,6 +110,11 @@ public:
         std::vector<int32_t> tokens;
         std::vector<uint8_t> from_draft;  // (tokens) 1 where the token was an accepted draft token
         std::string text;
+        // (tokens) byte offset in text where token i's text ends: token i
+        // wrote text[text_ends[i-1], text_ends[i]) (the token completing a
+        // split character carries all its bytes; the final flush goes to
+        // the last token), so a client can mark each token's own text.
+        std::vector<uint32_t> text_ends;
     };
     void take_emitted(Emitted& out);
 

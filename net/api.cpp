@@ -1,5 +1,6 @@
 #include "net/api.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "config/json_text.h"
@@ -264,7 +265,7 @@ std::string content_chunk_json(bool chat, const std::string& id, const std::stri
 // object). Keys in the documented order (docs/websocket-protocol.md).
 std::string ws_token_frame(const token_event& e) {
     std::string out;
-    out.reserve(64 + e.id.size() + e.text.size() + 12 * e.tokens.size());
+    out.reserve(80 + e.id.size() + 2 * e.text.size() + 16 * e.tokens.size());
     out += R"({"type":"token","id":)";
     append_json_string(out, e.id);
     out += R"(,"text":)";
@@ -278,6 +279,19 @@ std::string ws_token_frame(const token_event& e) {
     for (size_t i = 0; i < e.from_draft.size(); ++i) {
         if (i > 0) out += ',';
         out += e.from_draft[i] != 0 ? "true" : "false";
+    }
+    // Each token's own share of text (a client marks tokens by origin);
+    // only when the ends describe this text exactly.
+    const bool ends_fit = e.text_ends.size() == e.tokens.size() && !e.tokens.empty() && e.text_ends.back() == e.text.size() &&
+                          std::is_sorted(e.text_ends.begin(), e.text_ends.end());
+    if (ends_fit) {
+        out += R"(],"token_texts":[)";
+        uint32_t begin = 0;
+        for (size_t i = 0; i < e.text_ends.size(); ++i) {
+            if (i > 0) out += ',';
+            append_json_string(out, std::string_view(e.text).substr(begin, e.text_ends[i] - begin));
+            begin = e.text_ends[i];
+        }
     }
     out += "]}";
     return out;

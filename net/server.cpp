@@ -436,6 +436,8 @@ private:
                 token_event& merged = it->second.event;
                 merged.tokens.insert(merged.tokens.end(), e.tokens.begin(), e.tokens.end());
                 merged.from_draft.insert(merged.from_draft.end(), e.from_draft.begin(), e.from_draft.end());
+                const auto shift = static_cast<uint32_t>(merged.text.size());
+                for (uint32_t end : e.text_ends) merged.text_ends.push_back(shift + end);
                 merged.text += e.text;
                 queue_[static_cast<size_t>(it->second.seq - front_seq_)] = ws_token_frame(merged);
                 ++coalesced_;
@@ -583,7 +585,7 @@ private:
         }
         if (req_.method() == http::verb::options) return reply(204, "", "text/plain");
         // The chat page holds no secret: it loads without the key and asks for it.
-        if (p == "/" && get) return reply(200, std::string(kChatPageHtml), "text/html; charset=utf-8");
+        if (p == "/" && get && !websocket::is_upgrade(req_)) return reply(200, std::string(kChatPageHtml), "text/html; charset=utf-8");
         if (p == "/health" && get) {
             bool ok = !server_->draining;
             json body{{"status", ok ? "ok" : "draining"}, {"speculation", server_->runtime.speculation().enabled}};

@@ -162,6 +162,14 @@ TEST_CASE("session core: emitted text streams as a continuation and bad requests
     CHECK(e.tokens == sessions[0].core->output());
     CHECK(e.text == tok.decode(e.tokens, DecodeAt::Continuation));
     CHECK(e.text.rfind(", there was", 0) == 0);
+    // Each token's own part of the text: the text up to token i's end is
+    // the decoding of the output up to token i.
+    REQUIRE(e.text_ends.size() == e.tokens.size());
+    CHECK(e.text_ends.back() == e.text.size());
+    for (size_t i = 0; i < e.tokens.size(); ++i) {
+        const std::vector<int32_t> upto(e.tokens.begin(), e.tokens.begin() + static_cast<std::ptrdiff_t>(i) + 1);
+        CHECK(e.text.substr(0, e.text_ends[i]) == tok.decode(upto, DecodeAt::Continuation));
+    }
 }
 
 TEST_CASE("run-ahead: a verifier feeding back its own samples for run_ahead_limit() steps wastes none and changes no token",

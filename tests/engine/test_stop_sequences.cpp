@@ -3,6 +3,7 @@
 // same prompt first shows the string, with the text before it.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 
@@ -102,6 +103,10 @@ TEST_CASE("stop sequences under speculation: sessions end where plain decoding f
             for (size_t i = 0; i < cases.size(); ++i) {
                 SessionCore::Emitted e;
                 sessions[i].core->take_emitted(e);
+                // Each token's share of the text (token_texts) still adds up to the text.
+                REQUIRE(e.text_ends.size() == e.tokens.size());
+                if (!e.tokens.empty()) CHECK(e.text_ends.back() == e.text.size());
+                CHECK(std::is_sorted(e.text_ends.begin(), e.text_ends.end()));
                 size_t first = std::string::npos;
                 for (const std::string& s : cases[i]) first = std::min(first, ref_text.find(s));
                 INFO("mode " << mode << " k " << draft_max << " case " << i << " stop at " << first);
