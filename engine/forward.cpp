@@ -21,16 +21,34 @@ void rms_norm(const float* x, const float* weight, float* out, int64_t n, float 
     for (int64_t i = 0; i < n; ++i) out[i] = x[i] * scale * weight[i];
 }
 
-// Rotates adjacent pairs (2i, 2i+1), i < rope_dim/2, of each head in place.
-void apply_rope(float* vec, int32_t n_heads, int32_t head_dim, int32_t rope_half, const float* cos_row,
-                const float* sin_row) {
+// Rotates pair i < rope_half of each head in place: elements (2i, 2i+1)
+// (Adjacent) or (i, i + rope_half) (Neox).
+void apply_rope(RopePairing pairing, float* vec, int32_t n_heads, int32_t head_dim, int32_t rope_half,
+                const float* cos_row, const float* sin_row) {
     for (int32_t h = 0; h < n_heads; ++h) {
         float* v = vec + static_cast<size_t>(h) * head_dim;
-        for (int32_t i = 0; i < rope_half; ++i) {
-            const float x0 = v[2 * i], x1 = v[2 * i + 1];
-            v[2 * i] = x0 * cos_row[i] - x1 * sin_row[i];
-            v[2 * i + 1] = x0 * sin_row[i] + x1 * cos_row[i];
+        if (pairing == RopePairing::Neox) {
+            float* w = v + rope_half;
+            for (int32_t i = 0; i < rope_half; ++i) {
+                const float x0 = v[i], x1 = w[i];
+                v[i] = x0 * cos_row[i] - x1 * sin_row[i];
+                w[i] = x0 * sin_row[i] + x1 * cos_row[i];
+            }
+        } else {
+            for (int32_t i = 0; i < rope_half; ++i) {
+                const float x0 = v[2 * i], x1 = v[2 * i + 1];
+                v[2 * i] = x0 * cos_row[i] - x1 * sin_row[i];
+                v[2 * i + 1] = x0 * sin_row[i] + x1 * cos_row[i];
+            }
         }
+    }
+}
+
+// RMSNorm of each head_dim slice of vec in place, one weight for all heads.
+void norm_heads(float* vec, int32_t n_heads, int32_t head_dim, const float* weight, float eps) {
+    for (int32_t h = 0; h < n_heads; ++h) {
+        float* v = vec + static_cast<size_t>(h) * head_dim;
+        rms_norm(v, weight, v, head_dim, eps);
     }
 }
 
@@ -61,14 +79,14 @@ ForwardPass::ForwardPass(const LlamaModel& model, ThreadPool& pool, ForwardOptio
     const size_t M = static_cast<size_t>(options_.max_batch_tokens);
     const size_t R = static_cast<size_t>(options_.max_logit_rows);
     const size_t dim = static_cast<size_t>(hp.dim), kv = static_cast<size_t>(hp.kv_dim());
-    const size_t ffn = static_cast<size_t>(hp.ffn_dim);
+    const size_t qd = static_cast<size_t>(hp.q_dim()), ffn = static_cast<size_t>(hp.ffn_dim);
     row_token_.resize(M);
     row_seq_.resize(M);
     row_pos_.resize(M);
     out_row_.resize(R);
     x_.resize(M * dim);
-    xb_.resize(M * dim);
-    qkv_.resize(M * (dim + 2 * kv));
+    xb_.resize(M * std::max(dim, qd));
+    qkv_.resize(M * (qd + 2 * kv));
     proj_.resize(M * dim);
     ffn_.resize(M * 2 * ffn);
     xout_.resize(R * dim);
@@ -82,15 +100,14 @@ ForwardPass::ForwardPass(const LlamaModel& model, ThreadPool& pool, ForwardOptio
     rope_sin_.resize(static_cast<size_t>(n_ctx_max_) * half);
     for (int32_t p = 0; p < n_ctx_max_; ++p) {
         for (int32_t i = 0; i < half; ++i) {
-            const double freq = std::pow(static_cast<double>(hp.rope_freq_base), -2.0 * i / hp.rope_dim);
-            const double theta = p * freq;
+            const double theta = p * hp.rope_frequency(i);
             rope_cos_[static_cast<size_t>(p) * half + i] = static_cast<float>(std::cos(theta));
             rope_sin_[static_cast<size_t>(p) * half + i] = static_cast<float>(std::sin(theta));
         }
     }
     const int rows = options_.max_batch_tokens;
     in_attn_.reserve(rows, hp.dim);
-    in_wo_.reserve(rows, hp.dim);
+    in_wo_.reserve(rows, hp.q_dim());
     in_ffn_.reserve(rows, hp.dim);
     in_down_.reserve(rows, hp.ffn_dim);
     in_cls_.reserve(options_.max_logit_rows, hp.dim);
@@ -215,7 +232,7 @@ int32_t ForwardPass::run(PagedKvCache& kv, std::span<const BatchItem> items) {
     observe_tokens();
 
     in_attn_.set_shape(model_.layers()[0].wq.type, m, hp.dim);
-    in_wo_.set_shape(model_.layers()[0].wo.type, m, hp.dim);
+    in_wo_.set_shape(model_.layers()[0].wo.type, m, hp.q_dim());
     in_ffn_.set_shape(model_.layers()[0].w_gate.type, m, hp.dim);
     in_down_.set_shape(model_.layers()[0].w_down.type, m, hp.ffn_dim);
     in_cls_.set_shape(model_.classifier().type, r, hp.dim);
@@ -230,8 +247,8 @@ int32_t ForwardPass::run(PagedKvCache& kv, std::span<const BatchItem> items) {
 
 void ForwardPass::run_layers(int ith, int nth, PagedKvCache& kv) {
     const LlamaHparams& hp = model_.hparams();
-    const int64_t dim = hp.dim, kvd = hp.kv_dim(), ffn = hp.ffn_dim, vocab = hp.n_vocab;
-    const int64_t qkv_ld = dim + 2 * kvd;
+    const int64_t dim = hp.dim, qd = hp.q_dim(), kvd = hp.kv_dim(), ffn = hp.ffn_dim, vocab = hp.n_vocab;
+    const int64_t qkv_ld = qd + 2 * kvd;
     const Range rows = split_range(n_rows_, ith, nth);
 
     // Embedding lookup.
@@ -247,26 +264,40 @@ void ForwardPass::run_layers(int ith, int nth, PagedKvCache& kv) {
         in_attn_.prepare_rows(isa_, xb_.data(), dim, static_cast<int>(rows.begin), static_cast<int>(rows.end));
         pool_.barrier();
 
-        // q | k | v projections, split over the concatenated output rows.
+        // q | k | v projections (plus their biases), split over the
+        // concatenated output rows.
         const Range qkv_range = split_range(qkv_ld, ith, nth, kMatmulRowAlign);
-        for_segments(qkv_range.begin, qkv_range.end, {dim, kvd, kvd}, [&](int seg, int64_t b, int64_t e) {
+        for_segments(qkv_range.begin, qkv_range.end, {qd, kvd, kvd}, [&](int seg, int64_t b, int64_t e) {
             const WeightMatrix& w = seg == 0 ? L.wq : seg == 1 ? L.wk : L.wv;
-            const int64_t col0 = seg == 0 ? 0 : seg == 1 ? dim : dim + kvd;
+            const std::vector<float>& bias = seg == 0 ? L.bq : seg == 1 ? L.bk : L.bv;
+            const int64_t col0 = seg == 0 ? 0 : seg == 1 ? qd : qd + kvd;
             matmul(isa_, w.type, w.data, in_attn_, &qkv_[col0], qkv_ld, b, e);
+            if (!bias.empty()) {
+                for (int64_t t = 0; t < n_rows_; ++t) {
+                    float* out = &qkv_[t * qkv_ld + col0];
+                    for (int64_t n = b; n < e; ++n) out[n] += bias[static_cast<size_t>(n)];
+                }
+            }
         });
         pool_.barrier();
 
-        // RoPE on q and k, then k and v into the cache, by rows.
+        // Q/K norms (Qwen3) and RoPE on q and k, then k and v into the
+        // cache, by rows.
         const int32_t half = hp.rope_dim / 2;
+        const RopePairing pairing = hp.family->rope_pairing;
         for (int64_t t = rows.begin; t < rows.end; ++t) {
             const int32_t pos = row_pos_[static_cast<size_t>(t)], seq = row_seq_[static_cast<size_t>(t)];
             float* q = &qkv_[t * qkv_ld];
-            float* k = q + dim;
+            float* k = q + qd;
             const float* v = k + kvd;
+            if (!L.q_norm.empty()) {
+                norm_heads(q, hp.n_heads, hp.head_dim, L.q_norm.data(), hp.rms_eps);
+                norm_heads(k, hp.n_kv_heads, hp.head_dim, L.k_norm.data(), hp.rms_eps);
+            }
             const float* c = &rope_cos_[static_cast<size_t>(pos) * half];
             const float* s = &rope_sin_[static_cast<size_t>(pos) * half];
-            apply_rope(q, hp.n_heads, hp.head_dim, half, c, s);
-            apply_rope(k, hp.n_kv_heads, hp.head_dim, half, c, s);
+            apply_rope(pairing, q, hp.n_heads, hp.head_dim, half, c, s);
+            apply_rope(pairing, k, hp.n_kv_heads, hp.head_dim, half, c, s);
             store_kv_row(isa_, kv.shape().type, k, kv.key(seq, l, pos), kvd);
             store_kv_row(isa_, kv.shape().type, v, kv.value(seq, l, pos), kvd);
         }
@@ -274,7 +305,7 @@ void ForwardPass::run_layers(int ith, int nth, PagedKvCache& kv) {
 
         attention(ith, nth, kv, l);  // writes xb_ rows
         pool_.barrier();
-        in_wo_.prepare_rows(isa_, xb_.data(), dim, static_cast<int>(rows.begin), static_cast<int>(rows.end));
+        in_wo_.prepare_rows(isa_, xb_.data(), qd, static_cast<int>(rows.begin), static_cast<int>(rows.end));
         pool_.barrier();
 
         // Output projection and residual add, by output columns.
@@ -369,10 +400,10 @@ void prefetch_head_rows(const unsigned char* first, size_t row_bytes, int32_t ro
 // Causal attention over the sequences' cached keys and values, split over
 // (row group, head) pairs so that a single decoding row still uses every thread
 // (grouped-query: n_heads / n_kv_heads query heads share one kv head).
-// Output rows go to xb_ (M, dim).
+// Output rows go to xb_ as (M, q_dim).
 void ForwardPass::attention(int ith, int nth, PagedKvCache& kv, int32_t layer) {
     const LlamaHparams& hp = model_.hparams();
-    const int64_t dim = hp.dim, kvd = hp.kv_dim(), qkv_ld = dim + 2 * kvd;
+    const int64_t qd = hp.q_dim(), kvd = hp.kv_dim(), qkv_ld = qd + 2 * kvd;
     const int32_t hd = hp.head_dim, group = hp.n_heads / hp.n_kv_heads, bs = kv.shape().block_size;
     const TensorType kv_type = kv.shape().type;
     const size_t kv_elem = kv.element_bytes();
@@ -417,7 +448,7 @@ void ForwardPass::attention(int ith, int nth, PagedKvCache& kv, int32_t layer) {
             float* sc = row_scores(i);
             const float max_score = *std::max_element(sc, sc + n_pos(i));
             inv[i] = 1.0f / exp_shift_sum_f32(isa_, sc, n_pos(i), max_score);
-            float* out = &xb_[static_cast<int64_t>(g.first_row + i) * dim + static_cast<int64_t>(h) * hd];
+            float* out = &xb_[static_cast<int64_t>(g.first_row + i) * qd + static_cast<int64_t>(h) * hd];
             std::fill(out, out + hd, 0.0f);
         }
         if (u + 1 < units.end) {  // the next unit's first keys, while this one's values are used
@@ -431,7 +462,7 @@ void ForwardPass::attention(int ith, int nth, PagedKvCache& kv, int32_t layer) {
             for (int32_t i = 0; i < g.n_rows; ++i) {
                 const int32_t n = std::min(bs, n_pos(i) - b * bs);
                 if (n <= 0) continue;
-                float* out = &xb_[static_cast<int64_t>(g.first_row + i) * dim + static_cast<int64_t>(h) * hd];
+                float* out = &xb_[static_cast<int64_t>(g.first_row + i) * qd + static_cast<int64_t>(h) * hd];
                 weighted_rows(isa_, kv_type, row_scores(i) + b * bs, inv[i], vb + kv_off, kvd, n, hd, out);
             }
         }

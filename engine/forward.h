@@ -70,8 +70,8 @@ private:
 
     // Scratch, M = max_batch_tokens, R = max_logit_rows.
     std::vector<float> x_;       // (M, dim) residual stream
-    std::vector<float> xb_;      // (M, dim) normed input / attention output
-    std::vector<float> qkv_;     // (M, dim + 2*kv_dim) q | k | v
+    std::vector<float> xb_;      // (M, dim) normed input; (M, q_dim) attention output
+    std::vector<float> qkv_;     // (M, q_dim + 2*kv_dim) q | k | v
     std::vector<float> proj_;    // (M, dim) output of wo / w_down before the residual add
     std::vector<float> ffn_;     // (M, 2*ffn_dim) gate | up, then silu(gate)*up in the gate half
     std::vector<float> xout_;    // (R, dim) normed rows that need logits

@@ -1,5 +1,6 @@
 #include "engine/model.h"
 
+#include <cmath>
 #include <filesystem>
 
 #include "engine/error.h"
@@ -56,39 +57,79 @@ int32_t positive_key(const gguf::File& f, const std::string& key, int32_t max_va
 
 }  // namespace
 
+double LlamaHparams::rope_frequency(int32_t i) const {
+    double f = std::pow(static_cast<double>(rope_freq_base), -2.0 * i / rope_dim) * rope_freq_scale;
+    if (!rope_freq_factors.empty()) f /= rope_freq_factors[static_cast<size_t>(i)];
+    return f;
+}
+
 std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& path) {
     std::unique_ptr<LlamaModel> m(new LlamaModel(gguf::File::open(path)));
     const gguf::File& f = m->file_;
 
     const std::string arch = f.get_string("general.architecture");
-    if (arch != "llama") {
-        throw Error(path + ": unsupported architecture '" + arch + "' (specd runs 'llama')");
+    const ModelFamily* family = find_model_family(arch);
+    if (!family) {
+        throw Error(path + ": unsupported architecture '" + arch + "' (specd runs " + supported_architectures() + ")");
     }
+    const std::string k = arch + ".";
     LlamaHparams& hp = m->hparams_;
-    hp.n_ctx_train = positive_key(f, "llama.context_length", 1 << 24);
-    hp.dim = positive_key(f, "llama.embedding_length", 1 << 16);
-    hp.n_layers = positive_key(f, "llama.block_count", 1024);
-    hp.ffn_dim = positive_key(f, "llama.feed_forward_length", 1 << 18);
-    hp.n_heads = positive_key(f, "llama.attention.head_count", 1024);
-    hp.n_kv_heads = f.has("llama.attention.head_count_kv")
-                        ? positive_key(f, "llama.attention.head_count_kv", 1024)
-                        : hp.n_heads;
-    if (hp.dim % hp.n_heads != 0) {
-        throw Error(path + ": embedding_length " + std::to_string(hp.dim) + " is not a multiple of head_count " +
-                    std::to_string(hp.n_heads));
-    }
+    hp.family = family;
+    hp.n_ctx_train = positive_key(f, k + "context_length", 1 << 24);
+    hp.dim = positive_key(f, k + "embedding_length", 1 << 16);
+    hp.n_layers = positive_key(f, k + "block_count", 1024);
+    hp.ffn_dim = positive_key(f, k + "feed_forward_length", 1 << 18);
+    hp.n_heads = positive_key(f, k + "attention.head_count", 1024);
+    hp.n_kv_heads = f.has(k + "attention.head_count_kv") ? positive_key(f, k + "attention.head_count_kv", 1024)
+                                                         : hp.n_heads;
     if (hp.n_heads % hp.n_kv_heads != 0) {
         throw Error(path + ": head_count " + std::to_string(hp.n_heads) + " is not a multiple of head_count_kv " +
                     std::to_string(hp.n_kv_heads));
     }
-    hp.head_dim = hp.dim / hp.n_heads;
-    hp.rope_dim = f.has("llama.rope.dimension_count") ? positive_key(f, "llama.rope.dimension_count", hp.head_dim)
-                                                      : hp.head_dim;
-    if (hp.rope_dim % 2 != 0) throw Error(path + ": llama.rope.dimension_count must be even");
-    hp.rope_freq_base = f.get_f32_opt("llama.rope.freq_base").value_or(10000.0f);
-    hp.rms_eps = f.get_f32_opt("llama.attention.layer_norm_rms_epsilon").value_or(1e-5f);
+    if (f.has(k + "attention.key_length")) {
+        hp.head_dim = positive_key(f, k + "attention.key_length", 1 << 12);
+    } else if (hp.dim % hp.n_heads != 0) {
+        throw Error(path + ": embedding_length " + std::to_string(hp.dim) + " is not a multiple of head_count " +
+                    std::to_string(hp.n_heads) + " and " + k + "attention.key_length is absent");
+    } else {
+        hp.head_dim = hp.dim / hp.n_heads;
+    }
+    if (f.has(k + "attention.value_length") && positive_key(f, k + "attention.value_length", 1 << 12) != hp.head_dim) {
+        throw Error(path + ": " + k + "attention.value_length differs from the key length " + std::to_string(hp.head_dim) +
+                    "; specd needs one head size");
+    }
+    hp.rope_dim = f.has(k + "rope.dimension_count") ? positive_key(f, k + "rope.dimension_count", hp.head_dim)
+                                                     : hp.head_dim;
+    if (hp.rope_dim % 2 != 0) throw Error(path + ": " + k + "rope.dimension_count must be even");
+    if (family->rope_dim_is_head_dim && hp.rope_dim != hp.head_dim) {
+        throw Error(path + ": " + k + "rope.dimension_count " + std::to_string(hp.rope_dim) + " differs from the head size " +
+                    std::to_string(hp.head_dim) + " (" + arch + " rotates whole heads)");
+    }
+    hp.rope_freq_base = f.get_f32_opt(k + "rope.freq_base").value_or(10000.0f);
+    // Linear scaling (positions divided by the factor) is the only kind
+    // without extra terms; YaRN and LongRoPE change the attention too.
+    const std::string scaling = f.get_string_opt(k + "rope.scaling.type").value_or("linear");
+    if (scaling != "linear" && scaling != "none") {
+        throw Error(path + ": " + k + "rope.scaling.type '" + scaling + "' is not supported (none, linear)");
+    }
+    if (const auto factor = f.get_f32_opt(k + "rope.scaling.factor"); factor && scaling == "linear" && *factor != 0.0f) {
+        if (!(*factor > 0.0f)) throw Error(path + ": " + k + "rope.scaling.factor must be positive");
+        hp.rope_freq_scale = 1.0f / *factor;
+    }
+    hp.rms_eps = f.get_f32_opt(k + "attention.layer_norm_rms_epsilon").value_or(1e-5f);
     if (!(hp.rope_freq_base > 0.0f) || !(hp.rms_eps > 0.0f) || hp.rms_eps > 1.0f) {
         throw Error(path + ": rope.freq_base and layer_norm_rms_epsilon must be positive");
+    }
+    if (family->rope_freqs_tensor && f.find_tensor("rope_freqs.weight")) {
+        hp.rope_freq_factors = vector_f32(f, "rope_freqs.weight", hp.rope_dim / 2);
+        for (float x : hp.rope_freq_factors) {
+            if (!(x > 0.0f) || !std::isfinite(x)) throw Error(path + ": tensor 'rope_freqs.weight' holds a factor that is not positive");
+        }
+    }
+    // Tensors that llama.cpp would apply but specd would silently skip.
+    for (const char* name : {"output.bias", "blk.0.attn_qkv.weight", "blk.0.attn_output.bias", "blk.0.ffn_gate.bias",
+                             "blk.0.ffn_up.bias", "blk.0.ffn_down.bias"}) {
+        if (f.find_tensor(name)) throw Error(path + ": tensor '" + std::string(name) + "' is not supported for " + arch);
     }
 
     m->tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::from_gguf(f));
@@ -100,17 +141,29 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& path) {
                     std::to_string(m->tokenizer_->n_vocab()) + " tokens");
     }
 
-    const int64_t dim = hp.dim, kv = hp.kv_dim(), ffn = hp.ffn_dim;
+    const int64_t dim = hp.dim, qd = hp.q_dim(), kv = hp.kv_dim(), ffn = hp.ffn_dim;
     m->token_embd_ = matrix(f, "token_embd.weight", dim, hp.n_vocab);
     m->layers_.resize(static_cast<size_t>(hp.n_layers));
     for (int32_t l = 0; l < hp.n_layers; ++l) {
         const std::string p = "blk." + std::to_string(l) + ".";
         LlamaLayer& L = m->layers_[static_cast<size_t>(l)];
         L.attn_norm = vector_f32(f, p + "attn_norm.weight", dim);
-        L.wq = matrix(f, p + "attn_q.weight", dim, dim);
+        L.wq = matrix(f, p + "attn_q.weight", dim, qd);
         L.wk = matrix(f, p + "attn_k.weight", dim, kv);
         L.wv = matrix(f, p + "attn_v.weight", dim, kv);
-        L.wo = matrix(f, p + "attn_output.weight", dim, dim);
+        // Biases come as a set (Qwen2) or not at all.
+        const bool has_bq = f.find_tensor(p + "attn_q.bias"), has_bk = f.find_tensor(p + "attn_k.bias"),
+                   has_bv = f.find_tensor(p + "attn_v.bias");
+        if (has_bq || has_bk || has_bv) {
+            L.bq = vector_f32(f, p + "attn_q.bias", qd);
+            L.bk = vector_f32(f, p + "attn_k.bias", kv);
+            L.bv = vector_f32(f, p + "attn_v.bias", kv);
+        }
+        if (family->qk_norm) {
+            L.q_norm = vector_f32(f, p + "attn_q_norm.weight", hp.head_dim);
+            L.k_norm = vector_f32(f, p + "attn_k_norm.weight", hp.head_dim);
+        }
+        L.wo = matrix(f, p + "attn_output.weight", qd, dim);
         L.ffn_norm = vector_f32(f, p + "ffn_norm.weight", dim);
         L.w_gate = matrix(f, p + "ffn_gate.weight", dim, ffn);
         L.w_up = matrix(f, p + "ffn_up.weight", dim, ffn);
@@ -149,7 +202,9 @@ size_t LlamaModel::weight_bytes() const {
     size_t total = bytes(output_);
     for (const LlamaLayer& L : layers_) {
         total += bytes(L.wq) + bytes(L.wk) + bytes(L.wv) + bytes(L.wo) + bytes(L.w_gate) + bytes(L.w_up) +
-                 bytes(L.w_down) + (L.attn_norm.size() + L.ffn_norm.size()) * sizeof(float);
+                 bytes(L.w_down) +
+                 (L.attn_norm.size() + L.ffn_norm.size() + L.bq.size() + L.bk.size() + L.bv.size() + L.q_norm.size() +
+                  L.k_norm.size()) * sizeof(float);
     }
     return total + output_norm_.size() * sizeof(float);
 }

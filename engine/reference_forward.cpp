@@ -1,5 +1,6 @@
 #include "engine/reference_forward.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -13,13 +14,13 @@ ReferenceForward::ReferenceForward(const LlamaModel& model, int32_t n_ctx, Tenso
     const size_t dim = static_cast<size_t>(hp.dim), kv = static_cast<size_t>(hp.kv_dim());
     x_.resize(dim);
     xb_.resize(dim);
-    q_.resize(dim);
-    att_out_.resize(dim);
+    q_.resize(static_cast<size_t>(hp.q_dim()));
+    att_out_.resize(static_cast<size_t>(hp.q_dim()));
     tmp_.resize(dim);
     hb_.resize(static_cast<size_t>(hp.ffn_dim));
     hb2_.resize(static_cast<size_t>(hp.ffn_dim));
     scores_.resize(static_cast<size_t>(n_ctx));
-    row_.resize(static_cast<size_t>(std::max(hp.dim, hp.ffn_dim)));
+    row_.resize(static_cast<size_t>(std::max({hp.dim, hp.ffn_dim, hp.q_dim()})));
     key_cache_.resize(static_cast<size_t>(hp.n_layers) * n_ctx * kv);
     value_cache_.resize(static_cast<size_t>(hp.n_layers) * n_ctx * kv);
     logits_.resize(static_cast<size_t>(hp.n_vocab));
@@ -47,17 +48,36 @@ const std::vector<float>& ReferenceForward::step(int32_t token) {
         const double scale = 1.0 / std::sqrt(ss / dim + hp.rms_eps);
         for (int32_t i = 0; i < dim; ++i) out[i] = static_cast<float>(x[i] * scale * w[static_cast<size_t>(i)]);
     };
+    // Pair i of each head turns by pos * base^(-2i/rope_dim) * scale / factor[i];
+    // the pair is (2i, 2i+1) or, NEOX, (i, i + rope_dim/2).
+    const bool neox = hp.family->rope_pairing == RopePairing::Neox;
     auto rope = [&](float* v, int32_t n_heads) {
+        const int32_t half = hp.rope_dim / 2;
         for (int32_t h = 0; h < n_heads; ++h) {
-            for (int32_t i = 0; i < hp.rope_dim / 2; ++i) {
-                const double theta = pos_ * std::pow(static_cast<double>(hp.rope_freq_base), -2.0 * i / hp.rope_dim);
+            for (int32_t i = 0; i < half; ++i) {
+                double theta = pos_ * std::pow(static_cast<double>(hp.rope_freq_base), -2.0 * i / hp.rope_dim) * hp.rope_freq_scale;
+                if (!hp.rope_freq_factors.empty()) theta /= hp.rope_freq_factors[static_cast<size_t>(i)];
                 const double c = std::cos(theta), s = std::sin(theta);
-                float* p = v + h * hd + 2 * i;
-                const double x0 = p[0], x1 = p[1];
-                p[0] = static_cast<float>(x0 * c - x1 * s);
-                p[1] = static_cast<float>(x0 * s + x1 * c);
+                float* p0 = v + h * hd + (neox ? i : 2 * i);
+                float* p1 = neox ? p0 + half : p0 + 1;
+                const double x0 = *p0, x1 = *p1;
+                *p0 = static_cast<float>(x0 * c - x1 * s);
+                *p1 = static_cast<float>(x0 * s + x1 * c);
             }
         }
+    };
+    // RMSNorm of each head of v in place (Qwen3's Q/K norms).
+    auto head_norm = [&](float* v, int32_t n_heads, const std::vector<float>& w) {
+        for (int32_t h = 0; h < n_heads; ++h) {
+            float* p = v + h * hd;
+            double ss = 0.0;
+            for (int32_t i = 0; i < hd; ++i) ss += static_cast<double>(p[i]) * p[i];
+            const double scale = 1.0 / std::sqrt(ss / hd + hp.rms_eps);
+            for (int32_t i = 0; i < hd; ++i) p[i] = static_cast<float>(p[i] * scale * w[static_cast<size_t>(i)]);
+        }
+    };
+    auto add_bias = [](float* v, const std::vector<float>& b) {
+        for (size_t i = 0; i < b.size(); ++i) v[i] += b[i];
     };
 
     const WeightMatrix& embd = model_.token_embedding();
@@ -71,6 +91,13 @@ const std::vector<float>& ReferenceForward::step(int32_t token) {
         matvec(L.wq, xb_.data(), q_.data());
         matvec(L.wk, xb_.data(), kc);
         matvec(L.wv, xb_.data(), vc);
+        add_bias(q_.data(), L.bq);
+        add_bias(kc, L.bk);
+        add_bias(vc, L.bv);
+        if (!L.q_norm.empty()) {
+            head_norm(q_.data(), hp.n_heads, L.q_norm);
+            head_norm(kc, hp.n_kv_heads, L.k_norm);
+        }
         rope(q_.data(), hp.n_heads);
         rope(kc, hp.n_kv_heads);
         if (kv_type_ == TensorType::F16) {

@@ -1,7 +1,9 @@
 #include "gpu/device_model.h"
 
 #include <cmath>
+#include <string>
 
+#include "engine/error.h"
 #include "gpu/kernels.h"
 
 namespace specd::gpu {
@@ -49,9 +51,30 @@ DeviceBuffer ones(int64_t n, cudaStream_t stream) {
     return buf;
 }
 
+// What the model needs that the GPU kernels lack (they rotate adjacent
+// pairs, add no biases, norm no heads, and attend over q_dim == dim), "" if
+// nothing.
+std::string features_missing_on_gpu(const LlamaModel& model) {
+    const LlamaHparams& hp = model.hparams();
+    const LlamaLayer& L = model.layers().front();
+    std::string missing;
+    auto need = [&](bool used, const char* what) {
+        if (used) missing += (missing.empty() ? "" : ", ") + std::string(what);
+    };
+    need(hp.family->rope_pairing != RopePairing::Adjacent, "NEOX RoPE");
+    need(!L.bq.empty(), "Q/K/V biases");
+    need(!L.q_norm.empty(), "Q/K norms");
+    need(hp.q_dim() != hp.dim, "a head size other than dim/heads");
+    return missing;
+}
+
 }  // namespace
 
 std::shared_ptr<DeviceModel> DeviceModel::upload(const LlamaModel& model, int device, HalfType type) {
+    if (const std::string missing = features_missing_on_gpu(model); !missing.empty()) {
+        throw Error(model.path() + ": the CUDA backend does not run " + std::string(model.family().arch) + " models yet (" +
+                    missing + "); run it with --device cpu");
+    }
     DeviceGuard guard(device);
     const LlamaHparams& hp = model.hparams();
     std::shared_ptr<DeviceModel> dm(new DeviceModel(hp, device, type));

@@ -1,0 +1,47 @@
+// What each supported model family (GGUF `general.architecture`) changes
+// from Llama 2, as one table that the loader, the reference forward and the
+// fast CPU forward all read — one forward pass, switched by these traits,
+// rather than a copy per family. Keys and tensor names are llama.cpp's
+// (src/llama-arch.cpp); the per-family notes say which of its models use them.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace specd {
+
+// How RoPE pairs a head's first rope_dim elements (llama.cpp's rope types).
+enum class RopePairing {
+    Adjacent,  // LLAMA_ROPE_TYPE_NORM: (2i, 2i+1), i < rope_dim/2 (Llama, Mistral)
+    Neox,      // LLAMA_ROPE_TYPE_NEOX: (i, i + rope_dim/2) (Qwen, Phi-3, Gemma)
+};
+
+struct ModelFamily {
+    std::string_view arch;           // general.architecture, and the prefix of its keys
+    RopePairing rope_pairing;
+    bool qk_norm;                    // blk.N.attn_q_norm / attn_k_norm (head_dim): RMSNorm per head before RoPE
+    bool rope_dim_is_head_dim;       // rope.dimension_count must equal the head size (llama.cpp's loader or graph insists)
+    bool rope_freqs_tensor;          // rope_freqs.weight (rope_dim/2) divides each pair's frequency (Llama 3.1+)
+};
+
+// Every family specd runs. All of them: optional Q/K/V biases
+// (blk.N.attn_{q,k,v}.bias, loaded when present, as llama.cpp does), GQA
+// (attention.head_count_kv), head size from attention.key_length when
+// present (else dim / heads), rope.freq_base, linear rope.scaling.factor,
+// and a classifier tied to token_embd when output.weight is absent.
+inline constexpr ModelFamily kModelFamilies[] = {
+    // Llama 2/3/3.1/3.2/3.3, Mistral 7B, SmolLM2, TinyLlama.
+    {"llama", RopePairing::Adjacent, false, true, true},
+    // Qwen2, Qwen2.5, Qwen2.5-Coder: Q/K/V biases.
+    {"qwen2", RopePairing::Neox, false, true, false},
+    // Qwen3 dense: head size from attention.key_length (0.6B: dim 1024, 16 heads of 128).
+    {"qwen3", RopePairing::Neox, true, true, false},
+};
+
+// The family of `arch`, or nullptr.
+const ModelFamily* find_model_family(std::string_view arch);
+
+// "llama, qwen2, qwen3": for the error that refuses any other architecture.
+std::string supported_architectures();
+
+}  // namespace specd
