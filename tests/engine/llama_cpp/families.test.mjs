@@ -1,0 +1,134 @@
+// llama.cpp and specd compute the same logits and greedy continuations on
+// random-weight models of each family specd runs beyond Llama 2 (issue 32).
+//
+//   node families.test.mjs FAMILY_MODELS_BINARY VOCAB.gguf
+//
+// FAMILY_MODELS_BINARY (tests/engine/llama_cpp/family_models.cpp) writes a
+// Llama 3-style llama (GQA, rope_freqs, tied), a Qwen2.5-style qwen2 (Q/K/V
+// biases, NEOX, tied) and a Qwen3-style qwen3 (Q/K norms, head size from
+// key_length) in f32 and f16, in llama.cpp's converter layout with the
+// vocabulary file's tokenizer keys, and prints specd's logits and greedy
+// tokens for given ids. llama.cpp (node-llama-cpp's prebuilt CPU binary,
+// never built here) loads the same files and is fed the same ids; for each
+// file and prompt:
+//   - the log-probabilities of every token at every prompt position agree
+//     (llama.cpp gives probabilities, so logits are compared up to their
+//     row's constant: log p = logit - logsumexp), max difference printed;
+//   - the first greedy token is the same at every prompt position;
+//   - the greedy continuation of 32 tokens is identical.
+import {execFileSync} from "node:child_process";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import {getLlama, LlamaLogLevel} from "node-llama-cpp";
+
+const [familyModels, vocab] = process.argv.slice(2);
+if (!familyModels || !vocab) {
+    console.error("usage: families.test.mjs FAMILY_MODELS_BINARY VOCAB.gguf");
+    process.exit(2);
+}
+
+let failures = 0, passes = 0;
+function check(ok, what) {
+    if (ok) { ++passes; console.log(`ok   ${what}`); }
+    else { ++failures; console.log(`FAIL ${what}`); }
+}
+const firstDifference = (a, b) => { let i = 0; while (i < a.length && i < b.length && a[i] === b[i]) ++i; return i; };
+
+// Token ids of stories15M's vocabulary: "<s> Once upon a time, there was a
+// little girl named Lily" and "<s> The sun was hot. Tom and his dog".
+const prompts = [[1, 9038, 2501, 263, 931, 29892, 727, 471, 263, 2217, 7826, 4257, 365, 2354],
+                 [1, 450, 6575, 471, 7375, 29889, 4335, 322, 670, 11203]];
+const n_generate = 32;
+// Summation orders differ between the two: a log-probability moves by
+// ~1.4e-4 (f32 and f16 weights alike, measured) against logits of range ~40.
+// A missing bias, norm or wrong RoPE pairing moves it by whole units.
+const logprob_tolerance = {f32: 1e-3, f16: 1e-3};
+
+function logSoftmax(row) {
+    let max = -Infinity;
+    for (const x of row) max = Math.max(max, x);
+    let sum = 0;
+    for (const x of row) sum += Math.exp(x - max);
+    const lse = max + Math.log(sum);
+    return row.map((x) => x - lse);
+}
+const argmax = (row) => row.reduce((best, x, i) => (x > row[best] ? i : best), 0);
+
+const scratch = fs.mkdtempSync(path.join(os.tmpdir(), "specd-families-"));
+const llama = await getLlama({gpu: false, build: "never", logLevel: LlamaLogLevel.error});
+let worst = {};
+try {
+    const files = execFileSync(familyModels, ["write", scratch, vocab], {encoding: "utf8"}).trim().split("\n");
+    check(files.length === 6, `family_models wrote ${files.join(", ")}`);
+    for (const file of files) {
+        const type = file.includes("-f16") ? "f16" : "f32";
+        const modelPath = path.join(scratch, file);
+        let model;
+        try {
+            model = await llama.loadModel({modelPath});
+        } catch (e) {
+            check(false, `llama.cpp loads ${file}: ${e.message}`);
+            continue;
+        }
+        // An f32 cache on both sides and llama.cpp's CPU flash attention off:
+        // with f16 keys llama.cpp rounds each query to f16 for its dot
+        // products, and its flash attention rounds too (log-probabilities
+        // then part by ~1e-2, against ~1e-4 without).
+        const context = await model.createContext({contextSize: 256, threads: 1, flashAttention: false,
+                                                   experimentalKvCacheKeyType: "F32", experimentalKvCacheValueType: "F32"});
+        for (const [pi, ids] of prompts.entries()) {
+            const ours = JSON.parse(execFileSync(familyModels, ["run", modelPath, String(n_generate), "f32", ...ids.map(String)],
+                                                 {encoding: "utf8", maxBuffer: 1 << 30}));
+            // llama.cpp's full distribution after each prompt token.
+            const sequence = context.getSequence();
+            const options = {generateNext: {probabilities: true, options: {temperature: 1, topK: 0, topP: 1, minP: 0}}};
+            const evaluated = await sequence.controlledEvaluate(ids.map((t) => [t, options]));
+            let maxDiff = 0, argmaxAgree = 0, compared = 0;
+            for (let t = 0; t < ids.length; ++t) {
+                const probs = evaluated[t]?.next?.probabilities;
+                if (!probs || probs.size !== ours.logits[t].length) {
+                    check(false, `${file} prompt ${pi}: llama.cpp gave ${probs?.size} probabilities at position ${t}, specd ${ours.logits[t].length} logits`);
+                    continue;
+                }
+                const lp = logSoftmax(ours.logits[t]);
+                let theirBest = -1, theirBestP = -1;
+                for (const [token, p] of probs) {
+                    if (p > theirBestP) { theirBestP = p; theirBest = token; }
+                    // Below 1e-20 a float probability has lost digits to denormals.
+                    if (p < 1e-20) continue;
+                    maxDiff = Math.max(maxDiff, Math.abs(Math.log(p) - lp[token]));
+                    ++compared;
+                }
+                argmaxAgree += theirBest === argmax(ours.logits[t]);
+            }
+            worst[type] = Math.max(worst[type] ?? 0, maxDiff);
+            check(maxDiff < logprob_tolerance[type] && compared > ids.length * 30000,
+                  `${file} prompt ${pi}: max |log p llama.cpp - log p specd| = ${maxDiff.toExponential(2)} over ${compared} probabilities (< ${logprob_tolerance[type]})`);
+            check(argmaxAgree === ids.length, `${file} prompt ${pi}: the top token agrees at ${argmaxAgree} of ${ids.length} prompt positions`);
+
+            // Greedy continuation; llama.cpp stops at an end-of-generation token.
+            await sequence.clearHistory();
+            const theirs = [];
+            for await (const token of sequence.evaluate(ids, {temperature: 0})) {
+                theirs.push(token);
+                if (theirs.length >= n_generate) break;
+            }
+            sequence.dispose();
+            const agree = firstDifference(ours.greedy, theirs);
+            const stoppedAtEog = theirs.length < n_generate && agree === theirs.length && model.isEogToken(ours.greedy[agree]);
+            check(agree === n_generate || stoppedAtEog,
+                  `${file} prompt ${pi}: greedy ${agree} of ${n_generate} tokens agree` +
+                  (agree === n_generate || stoppedAtEog ? "" : ` (specd ${ours.greedy.slice(agree, agree + 4)}… llama.cpp ${theirs.slice(agree, agree + 4)}…)`));
+        }
+        await context.dispose();
+        await model.dispose();
+    }
+} catch (e) {
+    check(false, `family models: ${e.message.split("\n")[0]} ${e.stderr ?? ""}`);
+} finally {
+    fs.rmSync(scratch, {recursive: true, force: true});
+}
+console.log(`max |log p difference|: ${Object.entries(worst).map(([t, d]) => `${t} ${d.toExponential(2)}`).join(", ")}`);
+console.log(`${passes} passed, ${failures} failed`);
+process.exit(failures === 0 ? 0 : 1);
