@@ -44,6 +44,15 @@ void apply_rope(RopePairing pairing, float* vec, int32_t n_heads, int32_t head_d
     }
 }
 
+// g[i] = gelu(g[i]) * u[i], GELU's tanh approximation (Gemma's GeGLU).
+void gelu_tanh_mul(float* g, const float* u, int64_t n) {
+    constexpr float kSqrt2OverPi = 0.7978845608f;
+    for (int64_t i = 0; i < n; ++i) {
+        const float x = g[i];
+        g[i] = 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * x * (1.0f + 0.044715f * x * x))) * u[i];
+    }
+}
+
 // RMSNorm of each head_dim slice of vec in place, one weight for all heads.
 void norm_heads(float* vec, int32_t n_heads, int32_t head_dim, const float* weight, float eps) {
     for (int32_t h = 0; h < n_heads; ++h) {
@@ -96,15 +105,19 @@ ForwardPass::ForwardPass(const LlamaModel& model, ThreadPool& pool, ForwardOptio
     attention_groups_.reserve(M);
 
     const int32_t half = hp.rope_dim / 2;
-    rope_cos_.resize(static_cast<size_t>(n_ctx_max_) * half);
-    rope_sin_.resize(static_cast<size_t>(n_ctx_max_) * half);
-    for (int32_t p = 0; p < n_ctx_max_; ++p) {
-        for (int32_t i = 0; i < half; ++i) {
-            const double theta = p * hp.rope_frequency(i);
-            rope_cos_[static_cast<size_t>(p) * half + i] = static_cast<float>(std::cos(theta));
-            rope_sin_[static_cast<size_t>(p) * half + i] = static_cast<float>(std::sin(theta));
+    auto rope_table = [&](bool windowed, std::vector<float>& cos_out, std::vector<float>& sin_out) {
+        cos_out.resize(static_cast<size_t>(n_ctx_max_) * half);
+        sin_out.resize(static_cast<size_t>(n_ctx_max_) * half);
+        for (int32_t p = 0; p < n_ctx_max_; ++p) {
+            for (int32_t i = 0; i < half; ++i) {
+                const double theta = p * hp.rope_frequency(i, windowed);
+                cos_out[static_cast<size_t>(p) * half + i] = static_cast<float>(std::cos(theta));
+                sin_out[static_cast<size_t>(p) * half + i] = static_cast<float>(std::sin(theta));
+            }
         }
-    }
+    };
+    rope_table(false, rope_cos_, rope_sin_);
+    if (hp.sliding_window > 0) rope_table(true, rope_cos_swa_, rope_sin_swa_);
     const int rows = options_.max_batch_tokens;
     in_attn_.reserve(rows, hp.dim);
     in_wo_.reserve(rows, hp.q_dim());
@@ -255,6 +268,9 @@ void ForwardPass::run_layers(int ith, int nth, PagedKvCache& kv) {
     const WeightMatrix& embd = model_.token_embedding();
     for (int64_t t = rows.begin; t < rows.end; ++t) {
         dequantize_row_isa(isa_, embd.type, embd.row(row_token_[static_cast<size_t>(t)]), &x_[t * dim], dim);
+        if (hp.embedding_scale != 1.0f) {
+            for (int64_t i = 0; i < dim; ++i) x_[t * dim + i] *= hp.embedding_scale;
+        }
     }
 
     for (int32_t l = 0; l < hp.n_layers; ++l) {
@@ -294,8 +310,8 @@ void ForwardPass::run_layers(int ith, int nth, PagedKvCache& kv) {
                 norm_heads(q, hp.n_heads, hp.head_dim, L.q_norm.data(), hp.rms_eps);
                 norm_heads(k, hp.n_kv_heads, hp.head_dim, L.k_norm.data(), hp.rms_eps);
             }
-            const float* c = &rope_cos_[static_cast<size_t>(pos) * half];
-            const float* s = &rope_sin_[static_cast<size_t>(pos) * half];
+            const float* c = &(L.windowed ? rope_cos_swa_ : rope_cos_)[static_cast<size_t>(pos) * half];
+            const float* s = &(L.windowed ? rope_sin_swa_ : rope_sin_)[static_cast<size_t>(pos) * half];
             apply_rope(pairing, q, hp.n_heads, hp.head_dim, half, c, s);
             apply_rope(pairing, k, hp.n_kv_heads, hp.head_dim, half, c, s);
             store_kv_row(isa_, kv.shape().type, k, kv.key(seq, l, pos), kvd);
@@ -308,15 +324,19 @@ void ForwardPass::run_layers(int ith, int nth, PagedKvCache& kv) {
         in_wo_.prepare_rows(isa_, xb_.data(), qd, static_cast<int>(rows.begin), static_cast<int>(rows.end));
         pool_.barrier();
 
-        // Output projection and residual add, by output columns.
+        // Output projection and residual add, by output columns; with a
+        // post-norm (Gemma) the add waits for whole rows.
         const Range dim_range = split_range(dim, ith, nth, kMatmulRowAlign);
         if (dim_range.begin < dim_range.end) {
             matmul(isa_, L.wo.type, L.wo.data, in_wo_, proj_.data(), dim, dim_range.begin, dim_range.end);
-            for (int64_t t = 0; t < n_rows_; ++t) {
-                for (int64_t n = dim_range.begin; n < dim_range.end; ++n) x_[t * dim + n] += proj_[t * dim + n];
+            if (L.post_attn_norm.empty()) {
+                for (int64_t t = 0; t < n_rows_; ++t) {
+                    for (int64_t n = dim_range.begin; n < dim_range.end; ++n) x_[t * dim + n] += proj_[t * dim + n];
+                }
             }
         }
         pool_.barrier();
+        if (!L.post_attn_norm.empty()) add_normed_rows(L.post_attn_norm, rows);
 
         for (int64_t t = rows.begin; t < rows.end; ++t) rms_norm(&x_[t * dim], L.ffn_norm.data(), &xb_[t * dim], dim, hp.rms_eps);
         in_ffn_.prepare_rows(isa_, xb_.data(), dim, static_cast<int>(rows.begin), static_cast<int>(rows.end));
@@ -327,10 +347,15 @@ void ForwardPass::run_layers(int ith, int nth, PagedKvCache& kv) {
         if (ffn_range.begin < ffn_range.end) {
             matmul(isa_, L.w_gate.type, L.w_gate.data, in_ffn_, ffn_.data(), 2 * ffn, ffn_range.begin, ffn_range.end);
             matmul(isa_, L.w_up.type, L.w_up.data, in_ffn_, ffn_.data() + ffn, 2 * ffn, ffn_range.begin, ffn_range.end);
+            const bool gelu = hp.family->ffn_activation == FfnActivation::GeluTanh;
             for (int64_t t = 0; t < n_rows_; ++t) {
                 float* g = &ffn_[t * 2 * ffn];
                 const float* u = g + ffn;
-                silu_mul_f32(isa_, g + ffn_range.begin, u + ffn_range.begin, ffn_range.end - ffn_range.begin);
+                if (gelu) {
+                    gelu_tanh_mul(g + ffn_range.begin, u + ffn_range.begin, ffn_range.end - ffn_range.begin);
+                } else {
+                    silu_mul_f32(isa_, g + ffn_range.begin, u + ffn_range.begin, ffn_range.end - ffn_range.begin);
+                }
             }
         }
         pool_.barrier();
@@ -340,11 +365,17 @@ void ForwardPass::run_layers(int ith, int nth, PagedKvCache& kv) {
 
         if (dim_range.begin < dim_range.end) {
             matmul(isa_, L.w_down.type, L.w_down.data, in_down_, proj_.data(), dim, dim_range.begin, dim_range.end);
-            for (int64_t t = 0; t < n_rows_; ++t) {
-                for (int64_t n = dim_range.begin; n < dim_range.end; ++n) x_[t * dim + n] += proj_[t * dim + n];
+            if (L.post_ffn_norm.empty()) {
+                for (int64_t t = 0; t < n_rows_; ++t) {
+                    for (int64_t n = dim_range.begin; n < dim_range.end; ++n) x_[t * dim + n] += proj_[t * dim + n];
+                }
             }
         }
         pool_.barrier();
+        if (!L.post_ffn_norm.empty()) {
+            add_normed_rows(L.post_ffn_norm, rows);
+            pool_.barrier();  // the final norm below splits rows differently
+        }
     }
 
     // Final norm of the rows that need logits, then the classifier.
@@ -364,6 +395,11 @@ void ForwardPass::run_layers(int ith, int nth, PagedKvCache& kv) {
     const Range vocab_range = split_range(n_cols, ith, nth, kMatmulRowAlign);
     if (vocab_range.begin < vocab_range.end) {
         matmul(isa_, cls.type, cls_rows, in_cls_, out, n_cols, vocab_range.begin, vocab_range.end);
+        if (const float cap = hp.final_logit_softcap; cap > 0.0f) {
+            for (int64_t o = 0; o < n_out_; ++o) {
+                for (int64_t n = vocab_range.begin; n < vocab_range.end; ++n) out[o * n_cols + n] = cap * std::tanh(out[o * n_cols + n] / cap);
+            }
+        }
     }
     if (want_argmax_) {
         // As the sampler's greedy pick: NaN never compares greater and -inf
@@ -378,6 +414,17 @@ void ForwardPass::run_layers(int ith, int nth, PagedKvCache& kv) {
             }
             argmax_parts_[static_cast<size_t>(ith) * static_cast<size_t>(options_.max_logit_rows) + static_cast<size_t>(o)] = best;
         }
+    }
+}
+
+// x += rms_norm(proj) for this thread's rows (a post-norm, Gemma).
+void ForwardPass::add_normed_rows(const std::vector<float>& norm, Range rows) {
+    const LlamaHparams& hp = model_.hparams();
+    const int64_t dim = hp.dim;
+    for (int64_t t = rows.begin; t < rows.end; ++t) {
+        float* p = &proj_[t * dim];
+        rms_norm(p, norm.data(), p, dim, hp.rms_eps);
+        for (int64_t n = 0; n < dim; ++n) x_[t * dim + n] += p[n];
     }
 }
 
@@ -397,7 +444,8 @@ void prefetch_head_rows(const unsigned char* first, size_t row_bytes, int32_t ro
 
 }  // namespace
 
-// Causal attention over the sequences' cached keys and values, split over
+// Causal attention over the sequences' cached keys and values (the last
+// hparams.sliding_window positions in a windowed layer), split over
 // (row group, head) pairs so that a single decoding row still uses every thread
 // (grouped-query: n_heads / n_kv_heads query heads share one kv head).
 // Output rows go to xb_ as (M, q_dim).
@@ -407,7 +455,13 @@ void ForwardPass::attention(int ith, int nth, PagedKvCache& kv, int32_t layer) {
     const int32_t hd = hp.head_dim, group = hp.n_heads / hp.n_kv_heads, bs = kv.shape().block_size;
     const TensorType kv_type = kv.shape().type;
     const size_t kv_elem = kv.element_bytes();
-    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    const float scale = hp.score_scale();
+    // A windowed layer (Gemma) attends to the last `window` positions only,
+    // and reads no block before the first of them.
+    const int32_t window = model_.layers()[static_cast<size_t>(layer)].windowed ? hp.sliding_window : 0;
+    auto first_visible = [&](int32_t row) {
+        return window > 0 ? std::max(0, row_pos_[static_cast<size_t>(row)] + 1 - window) : 0;
+    };
     // (kAttentionGroupRows, n_ctx): row i of the group at scores + i * n_ctx.
     float* scores = &scores_[static_cast<size_t>(ith) * kAttentionGroupRows * static_cast<size_t>(n_ctx_max_)];
     const Range units = split_range(static_cast<int64_t>(attention_groups_.size()) * hp.n_heads, ith, nth);
@@ -420,15 +474,17 @@ void ForwardPass::attention(int ith, int nth, PagedKvCache& kv, int32_t layer) {
         const size_t kv_off = static_cast<size_t>(h / group) * hd * kv_elem;  // bytes to this head's columns
         auto row_scores = [&](int32_t i) { return scores + static_cast<size_t>(i) * static_cast<size_t>(n_ctx_max_); };
         auto n_pos = [&](int32_t i) { return row_pos_[static_cast<size_t>(g.first_row + i)] + 1; };
+        auto lo_pos = [&](int32_t i) { return first_visible(g.first_row + i); };  // row i sees [lo_pos, n_pos)
+        const int32_t first_block = lo_pos(0) / bs;  // row 0 has the group's lowest position
         // Block by block, every row of the group, so that a block's keys and
         // values come from memory once for all of them; each row sees exactly
         // the calls (and bits) it would alone. One kernel call per block and
         // row: a call per position cost more than a 48-wide product.
         const size_t row_bytes = static_cast<size_t>(kvd) * kv_elem, head_bytes = static_cast<size_t>(hd) * kv_elem;
         if (u == units.begin) {
-            prefetch_head_rows(static_cast<const unsigned char*>(kv.key_block(seq, layer, 0)) + kv_off, row_bytes, bs, head_bytes);
+            prefetch_head_rows(static_cast<const unsigned char*>(kv.key_block(seq, layer, first_block)) + kv_off, row_bytes, bs, head_bytes);
         }
-        for (int32_t b = 0; b < n_blocks; ++b) {
+        for (int32_t b = first_block; b < n_blocks; ++b) {
             const auto* kb = static_cast<const unsigned char*>(kv.key_block(seq, layer, b));  // (block_size, kv_dim) of kv_type
             // The next block's keys and this block's values, while this block's keys are used.
             if (b + 1 < n_blocks) {
@@ -437,33 +493,37 @@ void ForwardPass::attention(int ith, int nth, PagedKvCache& kv, int32_t layer) {
             }
             prefetch_head_rows(static_cast<const unsigned char*>(kv.value_block(seq, layer, b)) + kv_off, row_bytes, bs, head_bytes);
             for (int32_t i = 0; i < g.n_rows; ++i) {
-                const int32_t n = std::min(bs, n_pos(i) - b * bs);
+                const int32_t lo = std::max(lo_pos(i), b * bs), n = std::min(n_pos(i), (b + 1) * bs) - lo;
                 if (n <= 0) continue;
                 const float* q = &qkv_[static_cast<int64_t>(g.first_row + i) * qkv_ld + static_cast<int64_t>(h) * hd];
-                dot_rows(isa_, kv_type, q, kb + kv_off, kvd, n, hd, scale, row_scores(i) + b * bs);
+                dot_rows(isa_, kv_type, q, kb + static_cast<size_t>(lo - b * bs) * row_bytes + kv_off, kvd, n, hd, scale,
+                         row_scores(i) + lo);
             }
         }
         float inv[kAttentionGroupRows];
         for (int32_t i = 0; i < g.n_rows; ++i) {
-            float* sc = row_scores(i);
-            const float max_score = *std::max_element(sc, sc + n_pos(i));
-            inv[i] = 1.0f / exp_shift_sum_f32(isa_, sc, n_pos(i), max_score);
+            float* sc = row_scores(i) + lo_pos(i);
+            const int32_t n = n_pos(i) - lo_pos(i);
+            const float max_score = *std::max_element(sc, sc + n);
+            inv[i] = 1.0f / exp_shift_sum_f32(isa_, sc, n, max_score);
             float* out = &xb_[static_cast<int64_t>(g.first_row + i) * qd + static_cast<int64_t>(h) * hd];
             std::fill(out, out + hd, 0.0f);
         }
         if (u + 1 < units.end) {  // the next unit's first keys, while this one's values are used
             const AttentionGroup& next = attention_groups_[static_cast<size_t>((u + 1) / hp.n_heads)];
             const size_t next_off = static_cast<size_t>(((u + 1) % hp.n_heads) / group) * head_bytes;
-            const auto* next_kb = static_cast<const unsigned char*>(kv.key_block(row_seq_[static_cast<size_t>(next.first_row)], layer, 0));
+            const auto* next_kb = static_cast<const unsigned char*>(
+                kv.key_block(row_seq_[static_cast<size_t>(next.first_row)], layer, first_visible(next.first_row) / bs));
             prefetch_head_rows(next_kb + next_off, row_bytes, bs, head_bytes);
         }
-        for (int32_t b = 0; b < n_blocks; ++b) {
+        for (int32_t b = first_block; b < n_blocks; ++b) {
             const auto* vb = static_cast<const unsigned char*>(kv.value_block(seq, layer, b));  // (block_size, kv_dim) of kv_type
             for (int32_t i = 0; i < g.n_rows; ++i) {
-                const int32_t n = std::min(bs, n_pos(i) - b * bs);
+                const int32_t lo = std::max(lo_pos(i), b * bs), n = std::min(n_pos(i), (b + 1) * bs) - lo;
                 if (n <= 0) continue;
                 float* out = &xb_[static_cast<int64_t>(g.first_row + i) * qd + static_cast<int64_t>(h) * hd];
-                weighted_rows(isa_, kv_type, row_scores(i) + b * bs, inv[i], vb + kv_off, kvd, n, hd, out);
+                weighted_rows(isa_, kv_type, row_scores(i) + lo, inv[i], vb + static_cast<size_t>(lo - b * bs) * row_bytes + kv_off,
+                              kvd, n, hd, out);
             }
         }
     }

@@ -57,10 +57,15 @@ int32_t positive_key(const gguf::File& f, const std::string& key, int32_t max_va
 
 }  // namespace
 
-double LlamaHparams::rope_frequency(int32_t i) const {
+double LlamaHparams::rope_frequency(int32_t i, bool windowed) const {
+    if (windowed) return std::pow(static_cast<double>(rope_freq_base_swa), -2.0 * i / rope_dim);
     double f = std::pow(static_cast<double>(rope_freq_base), -2.0 * i / rope_dim) * rope_freq_scale;
     if (!rope_freq_factors.empty()) f /= rope_freq_factors[static_cast<size_t>(i)];
     return f;
+}
+
+float LlamaHparams::score_scale() const {
+    return attention_scale > 0.0f ? attention_scale : 1.0f / std::sqrt(static_cast<float>(head_dim));
 }
 
 std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& path) {
@@ -126,6 +131,33 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& path) {
             if (!(x > 0.0f) || !std::isfinite(x)) throw Error(path + ": tensor 'rope_freqs.weight' holds a factor that is not positive");
         }
     }
+    if (family->embedding_scaled) hp.embedding_scale = std::sqrt(static_cast<float>(hp.dim));
+    if (family->final_logit_softcapping) {
+        hp.final_logit_softcap = f.get_f32_opt(k + "final_logit_softcapping").value_or(0.0f);
+        if (hp.final_logit_softcap < 0.0f) throw Error(path + ": " + k + "final_logit_softcapping must not be negative");
+    }
+    // Gemma 3 27B (62 layers) scales queries by 1/sqrt(dim/heads), the
+    // others by 1/sqrt(head_dim): llama.cpp's rule from gemma_pytorch.
+    if (arch == "gemma3" && hp.n_layers == 62) hp.attention_scale = 1.0f / std::sqrt(static_cast<float>(hp.dim / hp.n_heads));
+    std::vector<bool> windowed(static_cast<size_t>(hp.n_layers), false);
+    if (family->sliding_window && f.get_u32_opt(k + "attention.sliding_window").value_or(0) > 0) {
+        hp.sliding_window = positive_key(f, k + "attention.sliding_window", 1 << 24);
+        hp.rope_freq_base_swa = f.get_f32_opt(k + "rope.freq_base_swa").value_or(10000.0f);
+        if (!(hp.rope_freq_base_swa > 0.0f)) throw Error(path + ": " + k + "rope.freq_base_swa must be positive");
+        // The pattern: one flag per layer, or n (the last of every n layers
+        // attends fully; 0 = all windowed), default 6.
+        const std::string pattern_key = k + "attention.sliding_window_pattern";
+        const gguf::Value* pattern = f.find(pattern_key);
+        if (pattern && pattern->type == gguf::ValueType::ARRAY) {
+            if (pattern->array.size() != windowed.size() || pattern->array_type != gguf::ValueType::BOOL) {
+                throw Error(path + ": " + pattern_key + " must hold one bool per layer");
+            }
+            for (size_t l = 0; l < windowed.size(); ++l) windowed[l] = pattern->array[l].b;
+        } else {
+            const uint32_t n = pattern ? f.get_u32(pattern_key) : 6;
+            for (size_t l = 0; l < windowed.size(); ++l) windowed[l] = n == 0 || l % n < n - 1;
+        }
+    }
     // Tensors that llama.cpp would apply but specd would silently skip.
     for (const char* name : {"output.bias", "blk.0.attn_qkv.weight", "blk.0.attn_output.bias", "blk.0.ffn_gate.bias",
                              "blk.0.ffn_up.bias", "blk.0.ffn_down.bias"}) {
@@ -164,6 +196,11 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& path) {
             L.k_norm = vector_f32(f, p + "attn_k_norm.weight", hp.head_dim);
         }
         L.wo = matrix(f, p + "attn_output.weight", qd, dim);
+        L.windowed = windowed[static_cast<size_t>(l)];
+        if (family->post_norms) {
+            L.post_attn_norm = vector_f32(f, p + "post_attention_norm.weight", dim);
+            L.post_ffn_norm = vector_f32(f, p + "post_ffw_norm.weight", dim);
+        }
         L.ffn_norm = vector_f32(f, p + "ffn_norm.weight", dim);
         L.w_gate = matrix(f, p + "ffn_gate.weight", dim, ffn);
         L.w_up = matrix(f, p + "ffn_up.weight", dim, ffn);
@@ -204,7 +241,7 @@ size_t LlamaModel::weight_bytes() const {
         total += bytes(L.wq) + bytes(L.wk) + bytes(L.wv) + bytes(L.wo) + bytes(L.w_gate) + bytes(L.w_up) +
                  bytes(L.w_down) +
                  (L.attn_norm.size() + L.ffn_norm.size() + L.bq.size() + L.bk.size() + L.bv.size() + L.q_norm.size() +
-                  L.k_norm.size()) * sizeof(float);
+                  L.k_norm.size() + L.post_attn_norm.size() + L.post_ffn_norm.size()) * sizeof(float);
     }
     return total + output_norm_.size() * sizeof(float);
 }

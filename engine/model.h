@@ -1,5 +1,5 @@
 // A decoder-only transformer of one of the families in model_family.h (Llama,
-// Qwen2, Qwen3) loaded from GGUF: hyper-parameters, weight views into the
+// Qwen2, Qwen3, Gemma 3) loaded from GGUF: hyper-parameters, weight views into the
 // memory-mapped file (nothing copied but the small norm and bias vectors) and
 // its tokenizer. Every shape is checked against the metadata at load time.
 #pragma once
@@ -37,12 +37,23 @@ struct LlamaHparams {
     // the converter bakes in). Empty: all 1.
     std::vector<float> rope_freq_factors;
     float rms_eps = 1e-5f;            // ARCH.attention.layer_norm_rms_epsilon
+    // Family sliding_window (Gemma 3): ARCH.attention.sliding_window, the
+    // positions a windowed layer attends to (its own included); 0 = none.
+    int32_t sliding_window = 0;
+    float rope_freq_base_swa = 10000.0f;  // ARCH.rope.freq_base_swa: windowed layers' RoPE base (no scaling there)
+    // Attention scores are q.k times this; 0 means 1/sqrt(head_dim) (Gemma 3
+    // 27B uses 1/sqrt(dim/heads), as llama.cpp does).
+    float attention_scale = 0.0f;
+    float final_logit_softcap = 0.0f;     // ARCH.final_logit_softcapping (0 = none): logits = c * tanh(logits / c)
+    float embedding_scale = 1.0f;         // sqrt(dim) for family embedding_scaled, else 1
 
     int32_t q_dim() const { return n_heads * head_dim; }  // attention width (dim unless key_length says otherwise)
     int32_t kv_dim() const { return n_kv_heads * head_dim; }
     // The angle per position of rotated pair i < rope_dim/2, in double, as
-    // both forward passes and the GPU's tables use it.
-    double rope_frequency(int32_t i) const;
+    // the fast forward and the GPU's tables use it; `windowed`: a sliding-
+    // window layer's (base rope_freq_base_swa, no scaling or factors).
+    double rope_frequency(int32_t i, bool windowed = false) const;
+    float score_scale() const;  // attention_scale, or 1/sqrt(head_dim) when it is 0
 };
 
 // A 2-D weight: N rows (outputs) of K elements (inputs) in `type`'s layout,
@@ -69,10 +80,13 @@ struct LlamaLayer {
     std::vector<float> q_norm;     // (head_dim) attn_q_norm, family qk_norm only, else empty
     std::vector<float> k_norm;     // (head_dim) attn_k_norm, family qk_norm only, else empty
     WeightMatrix wo;               // (dim, q_dim)
+    std::vector<float> post_attn_norm;  // (dim) post_attention_norm, family post_norms only, else empty
+    bool windowed = false;         // attends to the last hparams.sliding_window positions only
     std::vector<float> ffn_norm;   // (dim)
     WeightMatrix w_gate;           // (ffn_dim, dim)
     WeightMatrix w_up;             // (ffn_dim, dim)
     WeightMatrix w_down;           // (dim, ffn_dim)
+    std::vector<float> post_ffn_norm;   // (dim) post_ffw_norm, family post_norms only, else empty
 };
 
 class LlamaModel {

@@ -16,12 +16,24 @@ enum class RopePairing {
     Neox,      // LLAMA_ROPE_TYPE_NEOX: (i, i + rope_dim/2) (Qwen, Phi-3, Gemma)
 };
 
+// The gate's activation in the gated FFN: act(gate) * up.
+enum class FfnActivation {
+    Silu,      // SwiGLU (Llama, Qwen)
+    GeluTanh,  // GeGLU, GELU's tanh approximation (Gemma)
+};
+
 struct ModelFamily {
-    std::string_view arch;           // general.architecture, and the prefix of its keys
-    RopePairing rope_pairing;
-    bool qk_norm;                    // blk.N.attn_q_norm / attn_k_norm (head_dim): RMSNorm per head before RoPE
-    bool rope_dim_is_head_dim;       // rope.dimension_count must equal the head size (llama.cpp's loader or graph insists)
-    bool rope_freqs_tensor;          // rope_freqs.weight (rope_dim/2) divides each pair's frequency (Llama 3.1+)
+    std::string_view arch;                 // general.architecture, and the prefix of its keys
+    RopePairing rope_pairing = RopePairing::Adjacent;
+    FfnActivation ffn_activation = FfnActivation::Silu;
+    bool qk_norm = false;                  // blk.N.attn_q_norm / attn_k_norm (head_dim): RMSNorm per head before RoPE
+    bool rope_dim_is_head_dim = true;      // rope.dimension_count must equal the head size (llama.cpp's loader or graph insists)
+    bool rope_freqs_tensor = false;        // rope_freqs.weight (rope_dim/2) divides each pair's frequency (Llama 3.1+)
+    bool post_norms = false;               // blk.N.post_attention_norm / post_ffw_norm (dim): RMSNorm of each block's output before its residual add
+    bool embedding_scaled = false;         // the embedding row times sqrt(dim) on entry
+    bool sliding_window = false;           // ARCH.attention.sliding_window on the layers ARCH.attention.sliding_window_pattern
+                                           // names (default 5 of every 6), RoPE base ARCH.rope.freq_base_swa (default 10000) there
+    bool final_logit_softcapping = false;  // ARCH.final_logit_softcapping c, when present: logits = c * tanh(logits / c)
 };
 
 // Every family specd runs. All of them: optional Q/K/V biases
@@ -31,17 +43,27 @@ struct ModelFamily {
 // and a classifier tied to token_embd when output.weight is absent.
 inline constexpr ModelFamily kModelFamilies[] = {
     // Llama 2/3/3.1/3.2/3.3, Mistral 7B, SmolLM2, TinyLlama.
-    {"llama", RopePairing::Adjacent, false, true, true},
+    {.arch = "llama", .rope_freqs_tensor = true},
     // Qwen2, Qwen2.5, Qwen2.5-Coder: Q/K/V biases.
-    {"qwen2", RopePairing::Neox, false, true, false},
+    {.arch = "qwen2", .rope_pairing = RopePairing::Neox},
     // Qwen3 dense: head size from attention.key_length (0.6B: dim 1024, 16 heads of 128).
-    {"qwen3", RopePairing::Neox, true, true, false},
+    {.arch = "qwen3", .rope_pairing = RopePairing::Neox, .qk_norm = true},
+    // Gemma 3 (text): its norm weights already hold the 1 + w the converter adds.
+    {.arch = "gemma3",
+     .rope_pairing = RopePairing::Neox,
+     .ffn_activation = FfnActivation::GeluTanh,
+     .qk_norm = true,
+     .rope_dim_is_head_dim = true,
+     .post_norms = true,
+     .embedding_scaled = true,
+     .sliding_window = true,
+     .final_logit_softcapping = true},
 };
 
 // The family of `arch`, or nullptr.
 const ModelFamily* find_model_family(std::string_view arch);
 
-// "llama, qwen2, qwen3": for the error that refuses any other architecture.
+// "llama, qwen2, qwen3, gemma3": for the error that refuses any other architecture.
 std::string supported_architectures();
 
 }  // namespace specd

@@ -50,13 +50,19 @@ const std::vector<float>& ReferenceForward::step(int32_t token) {
     };
     // Pair i of each head turns by pos * base^(-2i/rope_dim) * scale / factor[i];
     // the pair is (2i, 2i+1) or, NEOX, (i, i + rope_dim/2).
+    // A windowed layer turns by base_swa^(-2i/rope_dim), unscaled.
     const bool neox = hp.family->rope_pairing == RopePairing::Neox;
-    auto rope = [&](float* v, int32_t n_heads) {
+    auto rope = [&](float* v, int32_t n_heads, bool windowed) {
         const int32_t half = hp.rope_dim / 2;
         for (int32_t h = 0; h < n_heads; ++h) {
             for (int32_t i = 0; i < half; ++i) {
-                double theta = pos_ * std::pow(static_cast<double>(hp.rope_freq_base), -2.0 * i / hp.rope_dim) * hp.rope_freq_scale;
-                if (!hp.rope_freq_factors.empty()) theta /= hp.rope_freq_factors[static_cast<size_t>(i)];
+                double theta;
+                if (windowed) {
+                    theta = pos_ * std::pow(static_cast<double>(hp.rope_freq_base_swa), -2.0 * i / hp.rope_dim);
+                } else {
+                    theta = pos_ * std::pow(static_cast<double>(hp.rope_freq_base), -2.0 * i / hp.rope_dim) * hp.rope_freq_scale;
+                    if (!hp.rope_freq_factors.empty()) theta /= hp.rope_freq_factors[static_cast<size_t>(i)];
+                }
                 const double c = std::cos(theta), s = std::sin(theta);
                 float* p0 = v + h * hd + (neox ? i : 2 * i);
                 float* p1 = neox ? p0 + half : p0 + 1;
@@ -82,6 +88,8 @@ const std::vector<float>& ReferenceForward::step(int32_t token) {
 
     const WeightMatrix& embd = model_.token_embedding();
     dequantize_row(embd.type, embd.row(token), x_.data(), dim);
+    for (int32_t i = 0; i < dim; ++i) x_[static_cast<size_t>(i)] *= hp.embedding_scale;
+    const double score_scale = hp.attention_scale > 0.0f ? hp.attention_scale : 1.0 / std::sqrt(static_cast<double>(hd));
 
     for (int32_t l = 0; l < hp.n_layers; ++l) {
         const LlamaLayer& L = model_.layers()[static_cast<size_t>(l)];
@@ -98,8 +106,10 @@ const std::vector<float>& ReferenceForward::step(int32_t token) {
             head_norm(q_.data(), hp.n_heads, L.q_norm);
             head_norm(kc, hp.n_kv_heads, L.k_norm);
         }
-        rope(q_.data(), hp.n_heads);
-        rope(kc, hp.n_kv_heads);
+        rope(q_.data(), hp.n_heads, L.windowed);
+        rope(kc, hp.n_kv_heads, L.windowed);
+        // A windowed layer sees positions pos - window + 1 .. pos.
+        const int32_t first = L.windowed ? std::max(0, pos_ - hp.sliding_window + 1) : 0;
         if (kv_type_ == TensorType::F16) {
             for (int32_t i = 0; i < kvd; ++i) {
                 kc[i] = fp16_to_fp32(fp32_to_fp16(kc[i]));
@@ -110,21 +120,21 @@ const std::vector<float>& ReferenceForward::step(int32_t token) {
             const float* q = &q_[static_cast<size_t>(h) * hd];
             const size_t kv_off = static_cast<size_t>(h / group) * hd;
             double max_score = -INFINITY;
-            for (int32_t t = 0; t <= pos_; ++t) {
+            for (int32_t t = first; t <= pos_; ++t) {
                 const float* k = &key_cache_[(static_cast<size_t>(l) * n_ctx_ + t) * kvd + kv_off];
                 double s = 0.0;
                 for (int32_t i = 0; i < hd; ++i) s += static_cast<double>(q[i]) * k[i];
-                scores_[static_cast<size_t>(t)] = static_cast<float>(s / std::sqrt(static_cast<double>(hd)));
+                scores_[static_cast<size_t>(t)] = static_cast<float>(s * score_scale);
                 max_score = std::max(max_score, static_cast<double>(scores_[static_cast<size_t>(t)]));
             }
             double sum = 0.0;
-            for (int32_t t = 0; t <= pos_; ++t) {
+            for (int32_t t = first; t <= pos_; ++t) {
                 scores_[static_cast<size_t>(t)] = static_cast<float>(std::exp(scores_[static_cast<size_t>(t)] - max_score));
                 sum += scores_[static_cast<size_t>(t)];
             }
             for (int32_t i = 0; i < hd; ++i) {
                 double acc = 0.0;
-                for (int32_t t = 0; t <= pos_; ++t) {
+                for (int32_t t = first; t <= pos_; ++t) {
                     acc += scores_[static_cast<size_t>(t)] / sum *
                            value_cache_[(static_cast<size_t>(l) * n_ctx_ + t) * kvd + kv_off + i];
                 }
@@ -132,19 +142,27 @@ const std::vector<float>& ReferenceForward::step(int32_t token) {
             }
         }
         matvec(L.wo, att_out_.data(), tmp_.data());
+        if (!L.post_attn_norm.empty()) rmsnorm(tmp_.data(), L.post_attn_norm, tmp_.data());
         for (int32_t i = 0; i < dim; ++i) x_[static_cast<size_t>(i)] += tmp_[static_cast<size_t>(i)];
         rmsnorm(x_.data(), L.ffn_norm, xb_.data());
         matvec(L.w_gate, xb_.data(), hb_.data());
         matvec(L.w_up, xb_.data(), hb2_.data());
+        const bool gelu = hp.family->ffn_activation == FfnActivation::GeluTanh;
         for (int32_t i = 0; i < ffn; ++i) {
-            const float g = hb_[static_cast<size_t>(i)];
-            hb_[static_cast<size_t>(i)] = static_cast<float>(g / (1.0 + std::exp(-static_cast<double>(g)))) * hb2_[static_cast<size_t>(i)];
+            const double g = hb_[static_cast<size_t>(i)];
+            const double act = gelu ? 0.5 * g * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (g + 0.044715 * g * g * g)))
+                                    : g / (1.0 + std::exp(-g));
+            hb_[static_cast<size_t>(i)] = static_cast<float>(act) * hb2_[static_cast<size_t>(i)];
         }
         matvec(L.w_down, hb_.data(), tmp_.data());
+        if (!L.post_ffn_norm.empty()) rmsnorm(tmp_.data(), L.post_ffn_norm, tmp_.data());
         for (int32_t i = 0; i < dim; ++i) x_[static_cast<size_t>(i)] += tmp_[static_cast<size_t>(i)];
     }
     rmsnorm(x_.data(), model_.output_norm(), xb_.data());
     matvec(model_.classifier(), xb_.data(), logits_.data());
+    if (const double cap = hp.final_logit_softcap; cap > 0.0) {
+        for (float& z : logits_) z = static_cast<float>(cap * std::tanh(z / cap));
+    }
     ++pos_;
     return logits_;
 }

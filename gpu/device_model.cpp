@@ -51,9 +51,9 @@ DeviceBuffer ones(int64_t n, cudaStream_t stream) {
     return buf;
 }
 
-// What the model needs that the GPU kernels lack (they rotate adjacent
-// pairs, add no biases, norm no heads, and attend over q_dim == dim), "" if
-// nothing.
+// What the model needs that the GPU kernels lack (they run Llama 2's
+// graph: adjacent RoPE pairs, no biases, no head or post norms, SwiGLU, full
+// attention over q_dim == dim), "" if nothing.
 std::string features_missing_on_gpu(const LlamaModel& model) {
     const LlamaHparams& hp = model.hparams();
     const LlamaLayer& L = model.layers().front();
@@ -65,6 +65,12 @@ std::string features_missing_on_gpu(const LlamaModel& model) {
     need(!L.bq.empty(), "Q/K/V biases");
     need(!L.q_norm.empty(), "Q/K norms");
     need(hp.q_dim() != hp.dim, "a head size other than dim/heads");
+    need(hp.family->ffn_activation != FfnActivation::Silu, "GeGLU");
+    need(!L.post_attn_norm.empty(), "post-norms");
+    need(hp.sliding_window > 0, "sliding-window layers");
+    need(hp.embedding_scale != 1.0f, "a scaled embedding");
+    need(hp.final_logit_softcap > 0.0f, "logit soft-capping");
+    need(hp.attention_scale > 0.0f, "a query scale other than 1/sqrt(head_dim)");
     return missing;
 }
 

@@ -1,4 +1,5 @@
-// The model families of model_family.h (Llama 3-style llama, Qwen2, Qwen3)
+// The model families of model_family.h (Llama 3-style llama, Qwen2, Qwen3,
+// Gemma 3)
 // on small random-weight models written in llama.cpp's layout with
 // stories15M's vocabulary: they load with the right shapes, the fast CPU
 // forward matches the scalar reference (f32, f16 and q8_0 weights), greedy
@@ -135,6 +136,71 @@ TEST_CASE("model families: each preset loads with its family's shapes and traits
         CHECK(m->layers()[0].wo.cols == 128);
         CHECK_FALSE(m->classifier_tied());
     }
+    {
+        TempModel file(test::family_preset("gemma3"));
+        auto m = LlamaModel::load(file.path);
+        const LlamaHparams& hp = m->hparams();
+        CHECK(m->family().ffn_activation == FfnActivation::GeluTanh);
+        CHECK(hp.sliding_window == 4);
+        // sliding_window_pattern 3: the last of every 3 layers attends fully.
+        CHECK(m->layers()[0].windowed);
+        CHECK(m->layers()[1].windowed);
+        CHECK_FALSE(m->layers()[2].windowed);
+        CHECK(hp.embedding_scale == 8.0f);
+        CHECK(hp.final_logit_softcap == 30.0f);
+        CHECK(hp.rope_freq_scale == 0.125f);
+        // Windowed layers turn at base_swa without the linear scaling.
+        CHECK(hp.rope_frequency(1, true) == Approx(std::pow(10000.0, -2.0 / 32.0)).epsilon(1e-12));
+        CHECK(hp.rope_frequency(1, false) == Approx(std::pow(1000000.0, -2.0 / 32.0) / 8.0).epsilon(1e-12));
+        CHECK(m->layers()[0].post_attn_norm.size() == 64);
+        CHECK(m->layers()[2].post_ffn_norm.size() == 64);
+        CHECK(m->classifier_tied());
+    }
+}
+
+TEST_CASE("model families: a windowed layer reads no key or value before its window", "[families][forward][window]") {
+    // Prefill 40 positions, then poison (NaN) every cached key and value of
+    // the windowed layers before the next step's window (whole blocks and
+    // part of the window's first block): the next step's logits stay
+    // exactly those of a clean cache.
+    TempModel file(test::family_preset("gemma3"));
+    auto model = LlamaModel::load(file.path);
+    ThreadPool pool(2);
+    ForwardPass fwd(*model, pool);
+    PagedKvCache kv(f32_cache(fwd.kv_shape(128, 2)));
+    const int32_t clean = kv.create_sequence(), poisoned = kv.create_sequence();
+    std::vector<int32_t> prompt;
+    for (int i = 0; i < 40; ++i) prompt.push_back(kPrompt[static_cast<size_t>(i) % kPrompt.size()]);
+    BatchItem prefill[2] = {{clean, prompt, false}, {poisoned, prompt, false}};
+    fwd.forward(kv, prefill);
+    const int32_t bs = kv.shape().block_size, next_pos = 40, window = model->hparams().sliding_window;
+    const int32_t first_kept = next_pos + 1 - window;  // the window's first position
+    REQUIRE(first_kept >= bs + 1);                      // a whole block before it, and part of one
+    const int32_t kvd = model->hparams().kv_dim();
+    for (int32_t l = 0; l < model->hparams().n_layers; ++l) {
+        if (!model->layers()[static_cast<size_t>(l)].windowed) continue;
+        for (int32_t p = 0; p < first_kept; ++p) {
+            auto* k = static_cast<float*>(kv.key(poisoned, l, p));
+            auto* v = static_cast<float*>(kv.value(poisoned, l, p));
+            std::fill(k, k + kvd, NAN);
+            std::fill(v, v + kvd, NAN);
+        }
+    }
+    const int32_t next = 2354;
+    BatchItem a{clean, std::span<const int32_t>(&next, 1), false};
+    const auto clean_logits = fwd.forward(kv, std::span<const BatchItem>(&a, 1));
+    const std::vector<float> expected(clean_logits.begin(), clean_logits.end());
+    BatchItem b{poisoned, std::span<const int32_t>(&next, 1), false};
+    const auto got = fwd.forward(kv, std::span<const BatchItem>(&b, 1));
+    REQUIRE(got.size() == expected.size());
+    CHECK(std::equal(got.begin(), got.end(), expected.begin()));
+    // And the window is what the reference computes.
+    ReferenceForward ref(*model, 64);
+    for (int32_t t : prompt) ref.step(t);
+    const std::vector<float>& r = ref.step(next);
+    float diff = 0.0f;
+    for (size_t v = 0; v < r.size(); ++v) diff = std::max(diff, std::fabs(r[v] - expected[v]));
+    CHECK(diff < 1e-3f);
 }
 
 TEST_CASE("model families: the fast forward equals the scalar reference for every family and weight type",
@@ -175,10 +241,11 @@ TEST_CASE("model families: q8_0 files written by specd's quantizer keep biases a
     }
 }
 
-TEST_CASE("model families: NEOX pairing, biases and Q/K norms each change the logits (none is silently ignored)",
+TEST_CASE("model families: NEOX pairing and Gemma's window each change the logits (neither is silently ignored)",
           "[families][forward]") {
     // Same weights read as llama (adjacent pairs) and as qwen2 (NEOX): the
-    // logits differ, so the pairing is applied.
+    // logits differ, so the pairing is applied. (Biases and norms are
+    // tensors: the llama.cpp comparison holds their use.)
     test::FamilyModelSpec qwen = test::family_preset("qwen2");
     qwen.qkv_bias = false;
     test::FamilyModelSpec as_llama = qwen;
@@ -193,6 +260,22 @@ TEST_CASE("model families: NEOX pairing, biases and Q/K norms each change the lo
         for (size_t v = 0; v < x.size(); ++v) diff = std::max(diff, std::fabs(x[v] - y[v]));
     }
     CHECK(diff > 0.1f);
+
+    // Gemma with and without its window over a 14-token prompt.
+    test::FamilyModelSpec gemma = test::family_preset("gemma3");
+    test::FamilyModelSpec unwindowed = gemma;
+    unwindowed.sliding_window = 0;
+    unwindowed.swa_pattern = 0;
+    TempModel c(gemma), d(unwindowed, "-unwindowed");
+    auto windowed_model = LlamaModel::load(c.path), full_model = LlamaModel::load(d.path);
+    ReferenceForward rc(*windowed_model, 16), rd(*full_model, 16);
+    float window_diff = 0.0f;
+    for (size_t t = 0; t < 14; ++t) {
+        const std::vector<float> x = rc.step(kPrompt[t]);
+        const std::vector<float>& y = rd.step(kPrompt[t]);
+        for (size_t v = 0; v < x.size(); ++v) window_diff = std::max(window_diff, std::fabs(x[v] - y[v]));
+    }
+    CHECK(window_diff > 0.1f);
 }
 
 TEST_CASE("model families: greedy speculative decoding with a smaller draft of the same family equals plain decoding",
@@ -242,7 +325,7 @@ TEST_CASE("model families: an unsupported architecture, a missing or mis-shaped 
         const std::string e = load_error(file.path);
         INFO(e);
         CHECK(e.find("unsupported architecture 'gpt2'") != std::string::npos);
-        CHECK(e.find("llama, qwen2, qwen3") != std::string::npos);
+        CHECK(e.find("llama, qwen2, qwen3, gemma3") != std::string::npos);
         CHECK(e.find('\n') == std::string::npos);
     }
     {

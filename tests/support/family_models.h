@@ -42,6 +42,12 @@ struct FamilyModelSpec {
     bool qkv_bias = false;          // blk.N.attn_{q,k,v}.bias
     bool qk_norm = false;           // blk.N.attn_{q,k}_norm.weight
     bool tied = false;              // no output.weight: the classifier is token_embd
+    bool post_norms = false;        // blk.N.post_attention_norm / post_ffw_norm (Gemma)
+    int64_t sliding_window = 0;     // ARCH.attention.sliding_window (0: key not written)
+    int64_t swa_pattern = 0;        // ARCH.attention.sliding_window_pattern (0: key not written)
+    float rope_base_swa = 0.0f;     // ARCH.rope.freq_base_swa (0: key not written)
+    float rope_linear_factor = 0.0f;  // ARCH.rope.scaling.type linear with this factor (0: keys not written)
+    float logit_softcap = 0.0f;     // ARCH.final_logit_softcapping (0: key not written)
     TensorType matrix_type = TensorType::F32;  // F32 or F16 for the 2-D weights; norms, biases and factors stay F32
     uint32_t seed = 1;
     float later_layer_scale = 0.5f; // layers >= 1 scaled by this (so a 1-layer cut is a fair draft)
@@ -50,7 +56,10 @@ struct FamilyModelSpec {
 // The presets the tests and the llama.cpp comparison use: Llama 3.2-like
 // (GQA, base 500000, rope_freqs, tied, key_length written), Qwen2.5-like
 // (Q/K/V biases, NEOX, base 1e6, tied), Qwen3-like (Q/K norms, head size 32
-// from key_length while dim / heads is 16, untied).
+// from key_length while dim / heads is 16, untied), Gemma 3-like (3 layers,
+// the first two windowed over 4 positions with their own RoPE base, linear
+// RoPE scaling on the full layer, post-norms, GeGLU, one KV head, head size
+// 32, tied, logit soft-capping as Gemma 2 files carry it).
 inline FamilyModelSpec family_preset(const std::string& family) {
     FamilyModelSpec s;
     s.name = "tiny-" + family;
@@ -73,6 +82,22 @@ inline FamilyModelSpec family_preset(const std::string& family) {
         s.head_dim = 32;
         s.qk_norm = true;
         s.seed = 33;
+    } else if (family == "gemma3") {
+        s.arch = "gemma3";
+        s.layers = 3;
+        s.kv_heads = 1;
+        s.head_dim = 32;
+        s.qk_norm = true;
+        s.post_norms = true;
+        s.tied = true;
+        s.rope_base = 1000000.0f;
+        s.rope_base_swa = 10000.0f;
+        s.rope_linear_factor = 8.0f;
+        s.sliding_window = 4;
+        s.swa_pattern = 3;
+        s.logit_softcap = 30.0f;
+        s.later_layer_scale = 1.5f;  // post-norms shrink each block's share of the residual: keep the later layers felt
+        s.seed = 34;
     } else {
         throw std::runtime_error("family_preset: unknown family " + family);
     }
@@ -80,7 +105,7 @@ inline FamilyModelSpec family_preset(const std::string& family) {
 }
 
 inline const std::vector<std::string>& family_preset_names() {
-    static const std::vector<std::string> names = {"llama3", "qwen2", "qwen3"};
+    static const std::vector<std::string> names = {"llama3", "qwen2", "qwen3", "gemma3"};
     return names;
 }
 
@@ -130,6 +155,14 @@ inline std::string write_family_model(const std::string& path, const FamilyModel
     w.set(a + "rope.dimension_count", gguf::Value::u32(static_cast<uint32_t>(hd)));
     w.set(a + "rope.freq_base", gguf::Value::f32(spec.rope_base));
     w.set(a + "attention.layer_norm_rms_epsilon", gguf::Value::f32(1e-6f));
+    if (spec.sliding_window) w.set(a + "attention.sliding_window", gguf::Value::u32(static_cast<uint32_t>(spec.sliding_window)));
+    if (spec.swa_pattern) w.set(a + "attention.sliding_window_pattern", gguf::Value::u32(static_cast<uint32_t>(spec.swa_pattern)));
+    if (spec.rope_base_swa > 0.0f) w.set(a + "rope.freq_base_swa", gguf::Value::f32(spec.rope_base_swa));
+    if (spec.rope_linear_factor > 0.0f) {
+        w.set(a + "rope.scaling.type", gguf::Value::str("linear"));
+        w.set(a + "rope.scaling.factor", gguf::Value::f32(spec.rope_linear_factor));
+    }
+    if (spec.logit_softcap > 0.0f) w.set(a + "final_logit_softcapping", gguf::Value::f32(spec.logit_softcap));
     for (const auto& [key, value] : vocab.metadata()) {
         if (key.rfind("tokenizer.", 0) == 0) w.set(key, value);
     }
@@ -192,10 +225,12 @@ inline std::string write_family_model(const std::string& path, const FamilyModel
             vector(p + "attn_k_norm.weight", hd, 1.0f, 0.2f);
         }
         matrix(p + "attn_output.weight", q_dim, spec.dim, layer_scale * 1.0f / std::sqrt(static_cast<float>(q_dim)));
+        if (spec.post_norms) vector(p + "post_attention_norm.weight", spec.dim, layer_scale, 0.1f * layer_scale);
         vector(p + "ffn_norm.weight", spec.dim, 1.0f, 0.1f);
         matrix(p + "ffn_gate.weight", spec.dim, spec.ffn, in_scale);
         matrix(p + "ffn_up.weight", spec.dim, spec.ffn, in_scale);
         matrix(p + "ffn_down.weight", spec.ffn, spec.dim, layer_scale * 1.0f / std::sqrt(static_cast<float>(spec.ffn)));
+        if (spec.post_norms) vector(p + "post_ffw_norm.weight", spec.dim, layer_scale, 0.1f * layer_scale);
     }
     vector("output_norm.weight", spec.dim, 1.0f, 0.1f);
     if (!spec.tied) matrix("output.weight", spec.dim, n_vocab, cls_scale);
