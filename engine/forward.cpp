@@ -111,8 +111,8 @@ ForwardPass::ForwardPass(const LlamaModel& model, ThreadPool& pool, ForwardOptio
         for (int32_t p = 0; p < n_ctx_max_; ++p) {
             for (int32_t i = 0; i < half; ++i) {
                 const double theta = p * hp.rope_frequency(i, windowed);
-                cos_out[static_cast<size_t>(p) * half + i] = static_cast<float>(std::cos(theta));
-                sin_out[static_cast<size_t>(p) * half + i] = static_cast<float>(std::sin(theta));
+                cos_out[static_cast<size_t>(p) * half + i] = static_cast<float>(std::cos(theta) * hp.rope_attn_factor);
+                sin_out[static_cast<size_t>(p) * half + i] = static_cast<float>(std::sin(theta) * hp.rope_attn_factor);
             }
         }
     };

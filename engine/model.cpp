@@ -35,6 +35,14 @@ WeightMatrix matrix(const gguf::File& f, const std::string& name, int64_t cols, 
     return w;
 }
 
+// Rows [first, first + n) of w, a view (fused tensors: attn_qkv, Phi-3's ffn_up).
+WeightMatrix row_slice(const WeightMatrix& w, int64_t first, int64_t n) {
+    WeightMatrix out = w;
+    out.data = w.row(first);
+    out.rows = n;
+    return out;
+}
+
 std::vector<float> vector_f32(const gguf::File& f, const std::string& name, int64_t n) {
     const gguf::TensorInfo& t = require_tensor(f, name);
     if (t.ne.size() != 1 || t.ne[0] != n) {
@@ -131,6 +139,17 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& path) {
             if (!(x > 0.0f) || !std::isfinite(x)) throw Error(path + ": tensor 'rope_freqs.weight' holds a factor that is not positive");
         }
     }
+    hp.rope_attn_factor = f.get_f32_opt(k + "rope.scaling.attn_factor").value_or(1.0f);
+    if (!(hp.rope_attn_factor > 0.0f)) throw Error(path + ": " + k + "rope.scaling.attn_factor must be positive");
+    if (family->long_rope && f.find_tensor("rope_factors_short.weight")) {
+        hp.rope_freq_factors = vector_f32(f, "rope_factors_short.weight", hp.rope_dim / 2);
+        for (float x : hp.rope_freq_factors) {
+            if (!(x > 0.0f) || !std::isfinite(x)) throw Error(path + ": tensor 'rope_factors_short.weight' holds a factor that is not positive");
+        }
+        if (const auto original = f.get_u32_opt(k + "rope.scaling.original_context_length"); original && *original > 0) {
+            hp.n_ctx_train = std::min(hp.n_ctx_train, static_cast<int32_t>(std::min<uint32_t>(*original, 1u << 24)));
+        }
+    }
     if (family->embedding_scaled) hp.embedding_scale = std::sqrt(static_cast<float>(hp.dim));
     if (family->final_logit_softcapping) {
         hp.final_logit_softcap = f.get_f32_opt(k + "final_logit_softcapping").value_or(0.0f);
@@ -159,7 +178,7 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& path) {
         }
     }
     // Tensors that llama.cpp would apply but specd would silently skip.
-    for (const char* name : {"output.bias", "blk.0.attn_qkv.weight", "blk.0.attn_output.bias", "blk.0.ffn_gate.bias",
+    for (const char* name : {"output.bias", "blk.0.attn_qkv.bias", "blk.0.attn_output.bias", "blk.0.ffn_gate.bias",
                              "blk.0.ffn_up.bias", "blk.0.ffn_down.bias"}) {
         if (f.find_tensor(name)) throw Error(path + ": tensor '" + std::string(name) + "' is not supported for " + arch);
     }
@@ -180,9 +199,16 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& path) {
         const std::string p = "blk." + std::to_string(l) + ".";
         LlamaLayer& L = m->layers_[static_cast<size_t>(l)];
         L.attn_norm = vector_f32(f, p + "attn_norm.weight", dim);
-        L.wq = matrix(f, p + "attn_q.weight", dim, qd);
-        L.wk = matrix(f, p + "attn_k.weight", dim, kv);
-        L.wv = matrix(f, p + "attn_v.weight", dim, kv);
+        if (f.find_tensor(p + "attn_qkv.weight")) {
+            const WeightMatrix qkv = matrix(f, p + "attn_qkv.weight", dim, qd + 2 * kv);
+            L.wq = row_slice(qkv, 0, qd);
+            L.wk = row_slice(qkv, qd, kv);
+            L.wv = row_slice(qkv, qd + kv, kv);
+        } else {
+            L.wq = matrix(f, p + "attn_q.weight", dim, qd);
+            L.wk = matrix(f, p + "attn_k.weight", dim, kv);
+            L.wv = matrix(f, p + "attn_v.weight", dim, kv);
+        }
         // Biases come as a set (Qwen2) or not at all.
         const bool has_bq = f.find_tensor(p + "attn_q.bias"), has_bk = f.find_tensor(p + "attn_k.bias"),
                    has_bv = f.find_tensor(p + "attn_v.bias");
@@ -202,8 +228,14 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& path) {
             L.post_ffn_norm = vector_f32(f, p + "post_ffw_norm.weight", dim);
         }
         L.ffn_norm = vector_f32(f, p + "ffn_norm.weight", dim);
-        L.w_gate = matrix(f, p + "ffn_gate.weight", dim, ffn);
-        L.w_up = matrix(f, p + "ffn_up.weight", dim, ffn);
+        if (family->fused_gate_up) {
+            const WeightMatrix gate_up = matrix(f, p + "ffn_up.weight", dim, 2 * ffn);
+            L.w_gate = row_slice(gate_up, 0, ffn);
+            L.w_up = row_slice(gate_up, ffn, ffn);
+        } else {
+            L.w_gate = matrix(f, p + "ffn_gate.weight", dim, ffn);
+            L.w_up = matrix(f, p + "ffn_up.weight", dim, ffn);
+        }
         L.w_down = matrix(f, p + "ffn_down.weight", ffn, dim);
     }
     // The fast path prepares one activation layout per role for all layers:

@@ -1,5 +1,5 @@
 // A decoder-only transformer of one of the families in model_family.h (Llama,
-// Qwen2, Qwen3, Gemma 3) loaded from GGUF: hyper-parameters, weight views into the
+// Qwen2, Qwen3, Gemma 3, Phi-3) loaded from GGUF: hyper-parameters, weight views into the
 // memory-mapped file (nothing copied but the small norm and bias vectors) and
 // its tokenizer. Every shape is checked against the metadata at load time.
 #pragma once
@@ -35,7 +35,12 @@ struct LlamaHparams {
     // rope_freqs.weight (rope_dim/2): pair i turns at base^(-2i/rope_dim) *
     // rope_freq_scale / rope_freq_factors[i] per position (the llama3 scaling
     // the converter bakes in). Empty: all 1.
+    // Family long_rope (Phi-3 LongRoPE): rope_factors_short.weight, and the
+    // context capped to ARCH.rope.scaling.original_context_length, as
+    // llama.cpp runs such a file within that context (beyond it llama.cpp
+    // switches to rope_factors_long, which specd does not).
     std::vector<float> rope_freq_factors;
+    float rope_attn_factor = 1.0f;    // ARCH.rope.scaling.attn_factor: RoPE's cos and sin times this
     float rms_eps = 1e-5f;            // ARCH.attention.layer_norm_rms_epsilon
     // Family sliding_window (Gemma 3): ARCH.attention.sliding_window, the
     // positions a windowed layer attends to (its own included); 0 = none.

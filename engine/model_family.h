@@ -34,13 +34,17 @@ struct ModelFamily {
     bool sliding_window = false;           // ARCH.attention.sliding_window on the layers ARCH.attention.sliding_window_pattern
                                            // names (default 5 of every 6), RoPE base ARCH.rope.freq_base_swa (default 10000) there
     bool final_logit_softcapping = false;  // ARCH.final_logit_softcapping c, when present: logits = c * tanh(logits / c)
+    bool fused_gate_up = false;            // no ffn_gate: blk.N.ffn_up (dim, 2*ffn) holds gate rows then up rows (Phi-3)
+    bool long_rope = false;                // rope_factors_short/long.weight (rope_dim/2), LongRoPE (Phi-3): see LlamaHparams
 };
 
 // Every family specd runs. All of them: optional Q/K/V biases
-// (blk.N.attn_{q,k,v}.bias, loaded when present, as llama.cpp does), GQA
+// (blk.N.attn_{q,k,v}.bias, loaded when present, as llama.cpp does), Q/K/V
+// fused in blk.N.attn_qkv.weight (q rows, k rows, v rows) when present, GQA
 // (attention.head_count_kv), head size from attention.key_length when
 // present (else dim / heads), rope.freq_base, linear rope.scaling.factor,
-// and a classifier tied to token_embd when output.weight is absent.
+// rope.scaling.attn_factor (cos and sin times it), and a classifier tied to
+// token_embd when output.weight is absent.
 inline constexpr ModelFamily kModelFamilies[] = {
     // Llama 2/3/3.1/3.2/3.3, Mistral 7B, SmolLM2, TinyLlama.
     {.arch = "llama", .rope_freqs_tensor = true},
@@ -58,12 +62,19 @@ inline constexpr ModelFamily kModelFamilies[] = {
      .embedding_scaled = true,
      .sliding_window = true,
      .final_logit_softcapping = true},
+    // Phi-3/3.5, Phi-4-mini: fused QKV and gate|up, partial rotary
+    // (rope.dimension_count < head size, Phi-4-mini).
+    {.arch = "phi3",
+     .rope_pairing = RopePairing::Neox,
+     .rope_dim_is_head_dim = false,
+     .fused_gate_up = true,
+     .long_rope = true},
 };
 
 // The family of `arch`, or nullptr.
 const ModelFamily* find_model_family(std::string_view arch);
 
-// "llama, qwen2, qwen3, gemma3": for the error that refuses any other architecture.
+// "llama, qwen2, qwen3, gemma3, phi3": for the error that refuses any other architecture.
 std::string supported_architectures();
 
 }  // namespace specd

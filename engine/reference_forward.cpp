@@ -63,7 +63,7 @@ const std::vector<float>& ReferenceForward::step(int32_t token) {
                     theta = pos_ * std::pow(static_cast<double>(hp.rope_freq_base), -2.0 * i / hp.rope_dim) * hp.rope_freq_scale;
                     if (!hp.rope_freq_factors.empty()) theta /= hp.rope_freq_factors[static_cast<size_t>(i)];
                 }
-                const double c = std::cos(theta), s = std::sin(theta);
+                const double c = std::cos(theta) * hp.rope_attn_factor, s = std::sin(theta) * hp.rope_attn_factor;
                 float* p0 = v + h * hd + (neox ? i : 2 * i);
                 float* p1 = neox ? p0 + half : p0 + 1;
                 const double x0 = *p0, x1 = *p1;

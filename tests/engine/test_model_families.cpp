@@ -1,5 +1,5 @@
 // The model families of model_family.h (Llama 3-style llama, Qwen2, Qwen3,
-// Gemma 3)
+// Gemma 3, Phi-3)
 // on small random-weight models written in llama.cpp's layout with
 // stories15M's vocabulary: they load with the right shapes, the fast CPU
 // forward matches the scalar reference (f32, f16 and q8_0 weights), greedy
@@ -155,6 +155,25 @@ TEST_CASE("model families: each preset loads with its family's shapes and traits
         CHECK(m->layers()[0].post_attn_norm.size() == 64);
         CHECK(m->layers()[2].post_ffn_norm.size() == 64);
         CHECK(m->classifier_tied());
+    }
+    {
+        TempModel file(test::family_preset("phi3"));
+        auto m = LlamaModel::load(file.path);
+        const LlamaHparams& hp = m->hparams();
+        CHECK(hp.head_dim == 16);
+        CHECK(hp.rope_dim == 12);  // partial rotary
+        CHECK(hp.n_ctx_train == 256);  // capped to original_context_length: the short factors' range
+        REQUIRE(hp.rope_freq_factors.size() == 6);
+        CHECK(hp.rope_freq_factors[1] == Approx(1.3f));  // rope_factors_short
+        CHECK(hp.rope_attn_factor == Approx(1.19f));
+        // Views into the fused tensors: q, k, v rows of attn_qkv; gate then up rows of ffn_up.
+        const LlamaLayer& L = m->layers()[0];
+        CHECK(L.wq.rows == 64);
+        CHECK(L.wk.rows == 32);
+        CHECK(static_cast<const char*>(L.wk.data) == static_cast<const char*>(L.wq.data) + 64 * L.wq.row_bytes());
+        CHECK(static_cast<const char*>(L.wv.data) == static_cast<const char*>(L.wk.data) + 32 * L.wk.row_bytes());
+        CHECK(L.w_gate.rows == 128);
+        CHECK(static_cast<const char*>(L.w_up.data) == static_cast<const char*>(L.w_gate.data) + 128 * L.w_gate.row_bytes());
     }
 }
 
@@ -325,7 +344,7 @@ TEST_CASE("model families: an unsupported architecture, a missing or mis-shaped 
         const std::string e = load_error(file.path);
         INFO(e);
         CHECK(e.find("unsupported architecture 'gpt2'") != std::string::npos);
-        CHECK(e.find("llama, qwen2, qwen3, gemma3") != std::string::npos);
+        CHECK(e.find("llama, qwen2, qwen3, gemma3, phi3") != std::string::npos);
         CHECK(e.find('\n') == std::string::npos);
     }
     {

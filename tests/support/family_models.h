@@ -48,6 +48,12 @@ struct FamilyModelSpec {
     float rope_base_swa = 0.0f;     // ARCH.rope.freq_base_swa (0: key not written)
     float rope_linear_factor = 0.0f;  // ARCH.rope.scaling.type linear with this factor (0: keys not written)
     float logit_softcap = 0.0f;     // ARCH.final_logit_softcapping (0: key not written)
+    int64_t rope_dim = 0;           // ARCH.rope.dimension_count (0: the head size)
+    bool fused_qkv = false;         // blk.N.attn_qkv.weight instead of attn_q/k/v
+    bool fused_gate_up = false;     // blk.N.ffn_up.weight (dim, 2*ffn) = gate rows then up rows, no ffn_gate (Phi-3)
+    // LongRoPE as Phi-3.5's converter writes it: rope_factors_short/long.weight,
+    // rope.scaling.attn_factor and original_context_length (= ctx / 4).
+    bool long_rope = false;
     TensorType matrix_type = TensorType::F32;  // F32 or F16 for the 2-D weights; norms, biases and factors stay F32
     uint32_t seed = 1;
     float later_layer_scale = 0.5f; // layers >= 1 scaled by this (so a 1-layer cut is a fair draft)
@@ -59,7 +65,9 @@ struct FamilyModelSpec {
 // from key_length while dim / heads is 16, untied), Gemma 3-like (3 layers,
 // the first two windowed over 4 positions with their own RoPE base, linear
 // RoPE scaling on the full layer, post-norms, GeGLU, one KV head, head size
-// 32, tied, logit soft-capping as Gemma 2 files carry it).
+// 32, tied, logit soft-capping as Gemma 2 files carry it), Phi-3.5-like
+// (fused QKV and gate|up, NEOX over 12 of 16 head elements, LongRoPE factors
+// and attention factor, untied).
 inline FamilyModelSpec family_preset(const std::string& family) {
     FamilyModelSpec s;
     s.name = "tiny-" + family;
@@ -98,6 +106,17 @@ inline FamilyModelSpec family_preset(const std::string& family) {
         s.logit_softcap = 30.0f;
         s.later_layer_scale = 1.5f;  // post-norms shrink each block's share of the residual: keep the later layers felt
         s.seed = 34;
+    } else if (family == "phi3") {
+        s.arch = "phi3";
+        // Not "phi3": llama.cpp gives Phi-3's special tokens attributes when
+        // general.name says phi3, and stories15M's vocabulary has no <|endoftext|>.
+        s.name = "tiny-phi";
+        s.ctx = 1024;
+        s.rope_dim = 12;
+        s.fused_qkv = true;
+        s.fused_gate_up = true;
+        s.long_rope = true;
+        s.seed = 35;
     } else {
         throw std::runtime_error("family_preset: unknown family " + family);
     }
@@ -105,7 +124,7 @@ inline FamilyModelSpec family_preset(const std::string& family) {
 }
 
 inline const std::vector<std::string>& family_preset_names() {
-    static const std::vector<std::string> names = {"llama3", "qwen2", "qwen3", "gemma3"};
+    static const std::vector<std::string> names = {"llama3", "qwen2", "qwen3", "gemma3", "phi3"};
     return names;
 }
 
@@ -152,7 +171,12 @@ inline std::string write_family_model(const std::string& path, const FamilyModel
         w.set(a + "attention.key_length", gguf::Value::u32(static_cast<uint32_t>(hd)));
         w.set(a + "attention.value_length", gguf::Value::u32(static_cast<uint32_t>(hd)));
     }
-    w.set(a + "rope.dimension_count", gguf::Value::u32(static_cast<uint32_t>(hd)));
+    const int64_t rope_dim = spec.rope_dim ? spec.rope_dim : hd;
+    w.set(a + "rope.dimension_count", gguf::Value::u32(static_cast<uint32_t>(rope_dim)));
+    if (spec.long_rope) {
+        w.set(a + "rope.scaling.attn_factor", gguf::Value::f32(1.19f));
+        w.set(a + "rope.scaling.original_context_length", gguf::Value::u32(static_cast<uint32_t>(spec.ctx / 4)));
+    }
     w.set(a + "rope.freq_base", gguf::Value::f32(spec.rope_base));
     w.set(a + "attention.layer_norm_rms_epsilon", gguf::Value::f32(1e-6f));
     if (spec.sliding_window) w.set(a + "attention.sliding_window", gguf::Value::u32(static_cast<uint32_t>(spec.sliding_window)));
@@ -203,6 +227,15 @@ inline std::string write_family_model(const std::string& path, const FamilyModel
     // standard deviation 0.5 * sqrt(dim) = 4 for dim 64.
     const float cls_scale = 4.0f / std::sqrt(static_cast<float>(spec.dim));
     matrix("token_embd.weight", spec.dim, n_vocab, cls_scale);
+    if (spec.long_rope) {
+        std::vector<float> short_factors, long_factors;
+        for (int64_t i = 0; i < rope_dim / 2; ++i) {
+            short_factors.push_back(1.0f + 0.3f * static_cast<float>(i));
+            long_factors.push_back(2.0f + 5.0f * static_cast<float>(i));
+        }
+        add("rope_factors_short.weight", {rope_dim / 2}, short_factors, TensorType::F32);
+        add("rope_factors_long.weight", {rope_dim / 2}, long_factors, TensorType::F32);
+    }
     if (spec.llama3_rope_freqs) {
         const std::vector<float> factors = llama3_rope_factors(hd, spec.rope_base);
         add("rope_freqs.weight", {hd / 2}, factors, TensorType::F32);
@@ -212,9 +245,13 @@ inline std::string write_family_model(const std::string& path, const FamilyModel
         const float layer_scale = l == 0 ? 1.0f : spec.later_layer_scale;
         const float in_scale = layer_scale * 1.5f / std::sqrt(static_cast<float>(spec.dim));
         vector(p + "attn_norm.weight", spec.dim, 1.0f, 0.1f);
-        matrix(p + "attn_q.weight", spec.dim, q_dim, in_scale);
-        matrix(p + "attn_k.weight", spec.dim, kv_dim, in_scale);
-        matrix(p + "attn_v.weight", spec.dim, kv_dim, in_scale);
+        if (spec.fused_qkv) {
+            matrix(p + "attn_qkv.weight", spec.dim, q_dim + 2 * kv_dim, in_scale);
+        } else {
+            matrix(p + "attn_q.weight", spec.dim, q_dim, in_scale);
+            matrix(p + "attn_k.weight", spec.dim, kv_dim, in_scale);
+            matrix(p + "attn_v.weight", spec.dim, kv_dim, in_scale);
+        }
         if (spec.qkv_bias) {
             vector(p + "attn_q.bias", q_dim, 0.0f, 0.5f);
             vector(p + "attn_k.bias", kv_dim, 0.0f, 0.5f);
@@ -227,8 +264,12 @@ inline std::string write_family_model(const std::string& path, const FamilyModel
         matrix(p + "attn_output.weight", q_dim, spec.dim, layer_scale * 1.0f / std::sqrt(static_cast<float>(q_dim)));
         if (spec.post_norms) vector(p + "post_attention_norm.weight", spec.dim, layer_scale, 0.1f * layer_scale);
         vector(p + "ffn_norm.weight", spec.dim, 1.0f, 0.1f);
-        matrix(p + "ffn_gate.weight", spec.dim, spec.ffn, in_scale);
-        matrix(p + "ffn_up.weight", spec.dim, spec.ffn, in_scale);
+        if (spec.fused_gate_up) {
+            matrix(p + "ffn_up.weight", spec.dim, 2 * spec.ffn, in_scale);
+        } else {
+            matrix(p + "ffn_gate.weight", spec.dim, spec.ffn, in_scale);
+            matrix(p + "ffn_up.weight", spec.dim, spec.ffn, in_scale);
+        }
         matrix(p + "ffn_down.weight", spec.ffn, spec.dim, layer_scale * 1.0f / std::sqrt(static_cast<float>(spec.ffn)));
         if (spec.post_norms) vector(p + "post_ffw_norm.weight", spec.dim, layer_scale, 0.1f * layer_scale);
     }

@@ -7,7 +7,10 @@
 // Llama 3-style llama (GQA, rope_freqs, tied), a Qwen2.5-style qwen2 (Q/K/V
 // biases, NEOX, tied), a Qwen3-style qwen3 (Q/K norms, head size from
 // key_length) and a Gemma 3-style gemma3 (sliding-window layers, post-norms,
-// GeGLU, scaled embedding, soft-capped logits) in f32 and f16, in llama.cpp's converter layout with the
+// GeGLU, scaled embedding, soft-capped logits) and a Phi-3.5-style phi3
+// (fused QKV and gate|up, partial NEOX rotary, LongRoPE short factors and
+// attention factor; the context of 256 is its original_context_length, where
+// llama.cpp picks the short factors) in f32 and f16, in llama.cpp's converter layout with the
 // vocabulary file's tokenizer keys, and prints specd's logits and greedy
 // tokens for given ids. llama.cpp (node-llama-cpp's prebuilt CPU binary,
 // never built here) loads the same files and is fed the same ids; for each
@@ -64,7 +67,7 @@ const llama = await getLlama({gpu: false, build: "never", logLevel: LlamaLogLeve
 let worst = {};
 try {
     const files = execFileSync(familyModels, ["write", scratch, vocab], {encoding: "utf8"}).trim().split("\n");
-    check(files.length === 8, `family_models wrote ${files.join(", ")}`);
+    check(files.length === 10, `family_models wrote ${files.join(", ")}`);
     for (const file of files) {
         const type = file.includes("-f16") ? "f16" : "f32";
         const modelPath = path.join(scratch, file);
