@@ -266,6 +266,27 @@ std::string LlamaModel::name() const {
     return std::filesystem::path(file_.path()).filename().string();
 }
 
+std::string LlamaModel::graph_beyond_llama2() const {
+    const LlamaHparams& hp = hparams_;
+    const LlamaLayer& L = layers_.front();
+    std::string out;
+    auto add = [&](bool used, const char* what) {
+        if (used) out += (out.empty() ? "" : ", ") + std::string(what);
+    };
+    add(hp.family->rope_pairing != RopePairing::Adjacent, "NEOX RoPE");
+    add(hp.rope_dim != hp.head_dim, "partial rotary");
+    add(!L.bq.empty(), "Q/K/V biases");
+    add(!L.q_norm.empty(), "Q/K norms");
+    add(hp.q_dim() != hp.dim, "a head size other than dim/heads");
+    add(hp.family->ffn_activation != FfnActivation::Silu, "GeGLU");
+    add(!L.post_attn_norm.empty(), "post-norms");
+    add(hp.sliding_window > 0, "sliding-window layers");
+    add(hp.embedding_scale != 1.0f, "a scaled embedding");
+    add(hp.final_logit_softcap > 0.0f, "logit soft-capping");
+    add(hp.attention_scale > 0.0f, "a query scale other than 1/sqrt(head_dim)");
+    return out;
+}
+
 size_t LlamaModel::weight_bytes() const {
     auto bytes = [](const WeightMatrix& w) { return static_cast<size_t>(w.rows) * w.row_bytes(); };
     size_t total = bytes(output_);

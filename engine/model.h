@@ -107,6 +107,11 @@ public:
     const std::string& path() const { return file_.path(); }
     std::string name() const;            // general.name, else the file name
     const ModelFamily& family() const { return *hparams_.family; }
+    // What this model's graph does beyond Llama 2's, comma-separated ("NEOX
+    // RoPE, Q/K/V biases"), "" for none; RoPE frequency changes (base,
+    // scaling, factors, attention factor) are not counted. A backend that
+    // runs only Llama 2's graph refuses a model with any.
+    std::string graph_beyond_llama2() const;
     TensorType weight_type() const { return layers_.at(0).wq.type; }
     size_t weight_bytes() const;         // bytes of all weights a token reads
     bool classifier_tied() const { return classifier_tied_; }

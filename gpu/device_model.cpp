@@ -51,33 +51,12 @@ DeviceBuffer ones(int64_t n, cudaStream_t stream) {
     return buf;
 }
 
-// What the model needs that the GPU kernels lack (they run Llama 2's
-// graph: adjacent RoPE pairs, no biases, no head or post norms, SwiGLU, full
-// attention over q_dim == dim), "" if nothing.
-std::string features_missing_on_gpu(const LlamaModel& model) {
-    const LlamaHparams& hp = model.hparams();
-    const LlamaLayer& L = model.layers().front();
-    std::string missing;
-    auto need = [&](bool used, const char* what) {
-        if (used) missing += (missing.empty() ? "" : ", ") + std::string(what);
-    };
-    need(hp.family->rope_pairing != RopePairing::Adjacent, "NEOX RoPE");
-    need(!L.bq.empty(), "Q/K/V biases");
-    need(!L.q_norm.empty(), "Q/K norms");
-    need(hp.q_dim() != hp.dim, "a head size other than dim/heads");
-    need(hp.family->ffn_activation != FfnActivation::Silu, "GeGLU");
-    need(!L.post_attn_norm.empty(), "post-norms");
-    need(hp.sliding_window > 0, "sliding-window layers");
-    need(hp.embedding_scale != 1.0f, "a scaled embedding");
-    need(hp.final_logit_softcap > 0.0f, "logit soft-capping");
-    need(hp.attention_scale > 0.0f, "a query scale other than 1/sqrt(head_dim)");
-    return missing;
-}
-
 }  // namespace
 
 std::shared_ptr<DeviceModel> DeviceModel::upload(const LlamaModel& model, int device, HalfType type) {
-    if (const std::string missing = features_missing_on_gpu(model); !missing.empty()) {
+    // The kernels run Llama 2's graph; RoPE frequencies (base, scaling,
+    // factors, attention factor) come in through the tables.
+    if (const std::string missing = model.graph_beyond_llama2(); !missing.empty()) {
         throw Error(model.path() + ": the CUDA backend does not run " + std::string(model.family().arch) + " models yet (" +
                     missing + "); run it with --device cpu");
     }

@@ -177,6 +177,24 @@ TEST_CASE("model families: each preset loads with its family's shapes and traits
     }
 }
 
+TEST_CASE("model families: what each family does beyond Llama 2's graph is listed (the CUDA backend refuses those)",
+          "[families]") {
+    const std::pair<const char*, const char*> expected[] = {
+        {"llama3", ""},  // rope_freqs, base and tying are within Llama 2's graph
+        {"qwen2", "NEOX RoPE, Q/K/V biases"},
+        {"qwen3", "NEOX RoPE, Q/K norms, a head size other than dim/heads"},
+        {"gemma3", "NEOX RoPE, Q/K norms, a head size other than dim/heads, GeGLU, post-norms, sliding-window layers, "
+                   "a scaled embedding, logit soft-capping"},
+        {"phi3", "NEOX RoPE, partial rotary"},
+    };
+    for (const auto& [family, features] : expected) {
+        TempModel file(test::family_preset(family));
+        INFO(family);
+        CHECK(LlamaModel::load(file.path)->graph_beyond_llama2() == features);
+    }
+    CHECK(test::load("stories15M-q8_0.gguf")->graph_beyond_llama2().empty());
+}
+
 TEST_CASE("model families: a windowed layer reads no key or value before its window", "[families][forward][window]") {
     // Prefill 40 positions, then poison (NaN) every cached key and value of
     // the windowed layers before the next step's window (whole blocks and
