@@ -394,6 +394,22 @@ TEST_CASE("model families: an unsupported architecture, a missing or mis-shaped 
         CHECK(e.find("tensor 'blk.0.attn_q.weight' has shape [64, 128], the metadata implies [64, 64]") != std::string::npos);
     }
     {
+        // YaRN scaling (llama.cpp runs it; specd does not yet): refused by name.
+        TempModel file(test::family_preset("qwen2"));
+        gguf::File f = gguf::File::open(file.path);
+        gguf::Writer w;
+        for (const auto& [key, value] : f.metadata()) w.set(key, value);
+        w.set("qwen2.rope.scaling.type", gguf::Value::str("yarn"));
+        w.set("qwen2.rope.scaling.factor", gguf::Value::f32(4.0f));
+        for (const gguf::TensorInfo& t : f.tensors()) w.add_tensor(t.name, t.ne, t.type, t.data, t.n_bytes);
+        const std::string path = test::temp_path("qwen2-yarn.gguf");
+        w.write(path);
+        const std::string e = load_error(path);
+        std::filesystem::remove(path);
+        INFO(e);
+        CHECK(e.find("qwen2.rope.scaling.type 'yarn' is not supported (none, linear)") != std::string::npos);
+    }
+    {
         // A bias of the wrong length.
         test::FamilyModelSpec spec = test::family_preset("qwen2");
         TempModel file(spec);
