@@ -257,7 +257,7 @@ class WsClient {
         const answer = new Promise((resolve, reject) => { this.waiter = { resolve, reject }; });
         this.ws.send(data, { binary: false });
         try {
-            return await withTimeout(answer, 15000, "no answer to the frame");
+            return await withTimeout(answer, 60000, "no answer to the frame");  // a 1 MiB prompt tokenizes slowly under ASan
         } finally {
             this.waiter = null;
         }
