@@ -42,6 +42,74 @@ int64_t integer(const json& v, const char* key, int64_t lo, int64_t hi) {
     return x;
 }
 
+// One chat message as (role, text). The content is a string or an array
+// of text parts (as many SDKs send it); "developer" is OpenAI's newer name
+// for "system"; an assistant's content may be null. Tool calls and tool
+// results need tool support, which specd does not have yet: refused.
+std::pair<std::string, std::string> chat_message(const json& msg) {
+    if (!msg.is_object()) bad("messages", "each message must be an object with a role and a content");
+    const json* role_v = given(msg, "role");
+    if (!role_v || !role_v->is_string()) bad("messages", "each message needs a string role");
+    std::string role = role_v->get<std::string>();
+    if (role == "developer") role = "system";
+    if (role == "tool" || role == "function" || given(msg, "tool_calls") || given(msg, "function_call"))
+        bad("messages", "tool calls and tool results are not supported yet (role \"" + utf8_excerpt(role, 40) + "\")");
+    if (role != "system" && role != "user" && role != "assistant")
+        bad("messages", "unknown role \"" + utf8_excerpt(role, 40) + "\" (system, developer, user, assistant)");
+    const json* content = given(msg, "content");
+    if (!content) {
+        if (role == "assistant") return {role, ""};
+        bad("messages", "a " + role + " message needs a content");
+    }
+    if (content->is_string()) return {role, content->get<std::string>()};
+    if (!content->is_array() || content->empty())
+        bad("messages", "content must be a string or a non-empty array of {\"type\": \"text\", \"text\": ...} parts, got " + shown(*content));
+    std::string text;
+    for (const json& part : *content) {
+        const json* type = part.is_object() ? given(part, "type") : nullptr;
+        if (!type || !type->is_string()) bad("messages", "each content part needs a string type, got " + shown(part));
+        if (*type != "text")
+            bad("messages", "content parts of type \"" + utf8_excerpt(type->get_ref<const std::string&>(), 40) +
+                                "\" are not supported (this model reads text parts only)");
+        const json* t = given(part, "text");
+        if (!t || !t->is_string()) bad("messages", "a text part needs a string text");
+        text += t->get_ref<const std::string&>();
+    }
+    return {role, text};
+}
+
+// Parameters OpenAI or llama-server clients send that specd does not
+// implement yet: refused with a 400 naming them rather than ignored (a
+// client that asked for JSON must not get prose). Each key with the values
+// that mean "off", which are accepted.
+void refuse_unsupported(const json& body) {
+    const auto off = [&](const char* key, auto is_off) {
+        const json* v = given(body, key);
+        if (v && !is_off(*v)) bad(key, std::string(key) + " is not supported yet");
+    };
+    const auto zero = [](const json& v) { return v.is_number() && v.get<double>() == 0.0; };
+    const auto is_false = [](const json& v) { return v.is_boolean() && !v.get<bool>(); };
+    const auto empty = [](const json& v) { return (v.is_array() || v.is_object() || v.is_string()) && v.empty(); };
+    off("presence_penalty", zero);
+    off("frequency_penalty", zero);
+    off("logprobs", [&](const json& v) { return is_false(v) || zero(v); });
+    off("top_logprobs", zero);
+    off("logit_bias", empty);
+    off("echo", is_false);
+    off("suffix", empty);
+    off("best_of", [](const json& v) { return v.is_number_integer() && v.get<int64_t>() == 1; });
+    off("tools", empty);
+    off("functions", empty);
+    off("tool_choice", [](const json& v) { return v == "none" || v == "auto"; });  // without tools both mean plain text
+    off("function_call", [](const json& v) { return v == "none" || v == "auto"; });
+    off("response_format", [](const json& v) { return v.is_object() && v.value("type", json()) == "text"; });
+    off("grammar", empty);
+    off("json_schema", empty);
+    off("n_probs", zero);
+    off("audio", empty);
+    off("modalities", [](const json& v) { return v == json::array({"text"}); });
+}
+
 bool boolean(const json& v, const char* key) {
     if (!v.is_boolean()) bad(key, std::string(key) + " must be true or false, got " + shown(v));
     return v.get<bool>();
@@ -62,7 +130,10 @@ ParsedRequest parse_generation(const json& body, ApiKind kind, const RequestLimi
     if (!body.is_object()) bad("", "the request body must be a JSON object");
     ParsedRequest out;
     generate_request& r = out.request;
-    r.max_tokens = limits.default_max_tokens;
+    // Chat, as OpenAI and llama-server: until the answer ends or the context
+    // fills (bounded by max_tokens_limit); completions and the WebSocket keep
+    // the shorter default.
+    r.max_tokens = kind == ApiKind::Chat ? limits.max_tokens_limit : limits.default_max_tokens;
     const json* prompt = given(body, "prompt");
     const json* messages = given(body, "messages");
     if (kind == ApiKind::Completion && !prompt) bad("prompt", "prompt is required");
@@ -86,15 +157,7 @@ ParsedRequest parse_generation(const json& body, ApiKind kind, const RequestLimi
     } else {
         const json& m = *messages;
         if (!m.is_array() || m.empty()) bad("messages", "messages must be a non-empty array");
-        for (const json& msg : m) {
-            if (!msg.is_object() || !msg.contains("role") || !msg["role"].is_string())
-                bad("messages", "each message needs a string role");
-            const std::string role = msg["role"].get<std::string>();
-            if (role != "system" && role != "user" && role != "assistant")
-                bad("messages", "unknown role \"" + utf8_excerpt(role, 40) + "\" (system, user, assistant)");
-            if (!msg.contains("content") || !msg["content"].is_string()) bad("messages", "each message needs a string content");
-            out.messages.emplace_back(role, msg["content"].get<std::string>());
-        }
+        for (const json& msg : m) out.messages.push_back(chat_message(msg));
         out.chat = true;
         try {
             r.prompt = render_chat(render_ctx, out.messages);
@@ -105,6 +168,7 @@ ParsedRequest parse_generation(const json& body, ApiKind kind, const RequestLimi
         if (r.prompt.empty()) bad("messages", "the rendered prompt is empty");
     }
 
+    refuse_unsupported(body);
     if (const json* v = given(body, "model")) {
         if (!v->is_string()) bad("model", "model must be a string");
         r.model = v->get<std::string>();
@@ -140,6 +204,10 @@ ParsedRequest parse_generation(const json& body, ApiKind kind, const RequestLimi
         }
     }
     if (const json* v = given(body, "stream")) out.stream = boolean(*v, "stream");
+    if (const json* o = given(body, "stream_options")) {
+        if (!o->is_object()) bad("stream_options", "stream_options must be an object");
+        if (const json* v = given(*o, "include_usage")) out.include_usage = boolean(*v, "stream_options.include_usage");
+    }
     if (const json* s = given(body, "speculative")) {
         if (!s->is_object()) bad("speculative", "speculative must be an object");
         if (const json* v = given(*s, "enabled")) r.speculative = boolean(*v, "speculative.enabled") ? 1 : 0;
@@ -189,13 +257,13 @@ json speculative_json(const done_event& d) {
 
 json completion_response(const std::string& id, const std::string& model, int64_t created, const std::string& text,
                          const done_event& d) {
-    return {{"id", id}, {"object", "text_completion"}, {"created", created}, {"model", model},
+    return {{"id", id}, {"object", "text_completion"}, {"created", created}, {"model", model}, {"system_fingerprint", kSystemFingerprint},
             {"choices", json::array({{{"index", 0}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", openai_finish_reason(d.finish_reason)}}})},
             {"usage", usage_json(d)}, {"timings", timings_json(d)}, {"speculative", speculative_json(d)}};
 }
 
 json chat_response(const std::string& id, const std::string& model, int64_t created, const std::string& text, const done_event& d) {
-    return {{"id", id}, {"object", "chat.completion"}, {"created", created}, {"model", model},
+    return {{"id", id}, {"object", "chat.completion"}, {"created", created}, {"model", model}, {"system_fingerprint", kSystemFingerprint},
             {"choices", json::array({{{"index", 0}, {"message", {{"role", "assistant"}, {"content", text}}},
                                       {"logprobs", nullptr}, {"finish_reason", openai_finish_reason(d.finish_reason)}}})},
             {"usage", usage_json(d)}, {"timings", timings_json(d)}, {"speculative", speculative_json(d)}};
@@ -203,7 +271,7 @@ json chat_response(const std::string& id, const std::string& model, int64_t crea
 
 json completion_chunk(const std::string& id, const std::string& model, int64_t created, const std::string& text,
                       const std::string& finish_reason) {
-    return {{"id", id}, {"object", "text_completion"}, {"created", created}, {"model", model},
+    return {{"id", id}, {"object", "text_completion"}, {"created", created}, {"model", model}, {"system_fingerprint", kSystemFingerprint},
             {"choices", json::array({{{"index", 0}, {"text", text}, {"logprobs", nullptr},
                                       {"finish_reason", finish_reason.empty() ? json(nullptr) : json(finish_reason)}}})}};
 }
@@ -213,7 +281,7 @@ json chat_chunk(const std::string& id, const std::string& model, int64_t created
     json delta = json::object();
     if (role) delta["role"] = *role;
     if (content) delta["content"] = *content;
-    return {{"id", id}, {"object", "chat.completion.chunk"}, {"created", created}, {"model", model},
+    return {{"id", id}, {"object", "chat.completion.chunk"}, {"created", created}, {"model", model}, {"system_fingerprint", kSystemFingerprint},
             {"choices", json::array({{{"index", 0}, {"delta", delta}, {"logprobs", nullptr},
                                       {"finish_reason", finish_reason.empty() ? json(nullptr) : json(finish_reason)}}})}};
 }
@@ -253,6 +321,8 @@ std::string content_chunk_json(bool chat, const std::string& id, const std::stri
     out += std::to_string(created);
     out += R"(,"model":)";
     append_json_string(out, model);
+    out += R"(,"system_fingerprint":)";
+    append_json_string(out, kSystemFingerprint);
     out += chat ? R"(,"choices":[{"index":0,"delta":{"content":)" : R"(,"choices":[{"index":0,"text":)";
     append_json_string(out, text);
     out += chat ? R"(},"logprobs":null,"finish_reason":null}]})" : R"(,"logprobs":null,"finish_reason":null}]})";

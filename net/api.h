@@ -28,9 +28,14 @@ enum class ApiKind { Completion, Chat, WebSocket };
 struct ParsedRequest {
     generate_request request;
     bool stream = false;                // HTTP only
+    bool include_usage = false;         // stream_options.include_usage: a last chunk with choices [] and the usage
     bool chat = false;                  // came with messages
     std::vector<std::pair<std::string, std::string>> messages;  // (role, content) when chat
 };
+
+// OpenAI's system_fingerprint on every response and chunk: which backend
+// build produced it (with `seed`, the same fingerprint means the same text).
+inline constexpr std::string_view kSystemFingerprint = "fp_specd_0.1";
 
 // The longest model name a request may give (bytes); names are echoed in errors.
 inline constexpr size_t kMaxModelNameBytes = 256;
@@ -38,7 +43,8 @@ inline constexpr size_t kMaxModelNameBytes = 256;
 // Limits every generation request is checked against.
 struct RequestLimits {
     int32_t max_tokens_limit = 4096;    // "max_tokens_limit": largest max_tokens accepted
-    int32_t default_max_tokens = 128;   // when the request gives none (OpenAI: 16 for completions; llama-server: until done)
+    int32_t default_max_tokens = 128;   // completions and WebSocket requests that give none (OpenAI: 16; llama-server: until done);
+                                        // chat requests default to max_tokens_limit (until the answer or the context ends)
     int32_t max_draft_tokens = 32;      // largest speculative.draft_max accepted
 };
 

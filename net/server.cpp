@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cctype>
+#include <cstring>
 #include <chrono>
 #include <cmath>
 #include <deque>
@@ -620,13 +621,19 @@ private:
             return;
         }
         if (p == "/metrics" && get) return reply(200, server_->render_metrics(), "text/plain; version=0.0.4");
-        if (p == "/v1/models" && get) {
-            json m = {{"object", "list"},
-                      {"data", json::array({{{"id", server_->runtime.model_name()}, {"object", "model"}, {"created", unix_now()},
-                                             {"owned_by", "specd"}, {"meta", {{"n_ctx", server_->runtime.n_ctx()},
-                                                                             {"draft_model", server_->runtime.has_draft_model()}}}}})}};
-            return reply(200, dump_json(m), "application/json");
+        const json model = {{"id", server_->runtime.model_name()}, {"object", "model"}, {"created", static_cast<int64_t>(server_->start_time_s)},
+                            {"owned_by", "specd"}, {"meta", {{"n_ctx", server_->runtime.n_ctx()},
+                                                             {"draft_model", server_->runtime.has_draft_model()}}}};
+        if (p == "/v1/models" && get) return reply(200, dump_json(json{{"object", "list"}, {"data", json::array({model})}}), "application/json");
+        if (p.rfind("/v1/models/", 0) == 0 && get) {  // models.retrieve
+            const std::string id = p.substr(std::strlen("/v1/models/"));
+            if (id != server_->runtime.model_name())
+                return reply_error(404, "model_not_found", "no model \"" + utf8_excerpt(id, 100) + "\"; this server has \"" +
+                                                               server_->runtime.model_name() + "\"", "model");
+            return reply(200, dump_json(model), "application/json");
         }
+        if (p == "/v1/embeddings")
+            return reply_error(501, "not_implemented", "embeddings are not implemented: specd serves generation (completions, chat)");
         if ((p == "/v1/completions" || p == "/v1/chat/completions") && post) return generate(p == "/v1/chat/completions");
         if (p == "/v1/completions" || p == "/v1/chat/completions" || p == "/v1/models" || p == "/health" || p == "/metrics" || p == "/")
             return reply_error(405, "method_not_allowed", std::string(req_.method_string()) + " is not allowed on " + p);
@@ -690,6 +697,7 @@ private:
         }
         chat_ = chat;
         stream_mode_ = parsed.stream;
+        include_usage_ = parsed.include_usage;
         created_ = unix_now();
         id_ = std::string(chat ? "chatcmpl-" : "cmpl-") + std::to_string(server_->metrics.http_requests.load()) + "-" +
               std::to_string(static_cast<int64_t>(now_ms() * 1000) % 1000000000);
@@ -780,6 +788,13 @@ private:
             last["timings"] = timings_json(d);
             last["speculative"] = speculative_json(d);
             queue_sse(dump_json(last));
+            if (include_usage_) {
+                // stream_options.include_usage, as OpenAI: one more chunk, no choices, the usage.
+                json usage = chat_ ? chat_chunk(id_, model_, created_, nullptr, nullptr, "") : completion_chunk(id_, model_, created_, "", "");
+                usage["choices"] = json::array();
+                usage["usage"] = usage_json(d);
+                queue_sse(dump_json(usage));
+            }
             queue_sse("[DONE]");
             queue_raw("0\r\n\r\n");
             finish_stream_ = true;
@@ -926,6 +941,7 @@ private:
     uint64_t generation_serial_ = 0;  // bumped per generation (stale disconnect watches compare it)
     bool chat_ = false, stream_mode_ = false, finish_stream_ = false, client_gone_ = false;
     bool stream_started_ = false;  // the SSE head went out (start_stream)
+    bool include_usage_ = false;   // stream_options.include_usage
     bool head_ = false;            // the request is HEAD: reply() sends no body
     std::string id_, model_, text_;
     int64_t created_ = 0;

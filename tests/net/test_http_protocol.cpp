@@ -133,6 +133,28 @@ TEST_CASE("HTTP details: HEAD, case-sensitive methods, any-case Bearer, non-UTF-
     CHECK(status_of(send_raw(port, "GET /v1/models?api_key=k%25y HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")) == 200);
     CHECK(status_of(send_raw(port, "GET /v1/models?x=1&api_key=k%y HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")) == 200);
 
+    const std::string models = send_raw(port, "GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k%y\r\nConnection: close\r\n\r\n");
+    const std::string id = json::parse(body_of(models))["data"][0]["id"];
+    const std::string one = send_raw(port, "GET /v1/models/" + id + " HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k%y\r\nConnection: close\r\n\r\n");
+    CHECK(status_of(one) == 200);
+    CHECK(json::parse(body_of(one))["id"] == id);
+    const std::string other = send_raw(port, "GET /v1/models/gpt-4 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k%y\r\nConnection: close\r\n\r\n");
+    CHECK(status_of(other) == 404);
+    CHECK(json::parse(body_of(other))["error"]["code"] == "model_not_found");
+    CHECK(status_of(send_raw(port, post("/v1/embeddings", R"({"input":"x","model":"m"})"))) == 501);
+
+    // stream_options.include_usage: after the finish chunk, one with no choices and the usage.
+    const std::string streamed = send_raw(port, post("/v1/chat/completions",
+        R"({"messages":[{"role":"user","content":"Hi"}],"max_tokens":4,"stream":true,"stream_options":{"include_usage":true}})"));
+    CHECK(status_of(streamed) == 200);
+    const size_t done = streamed.rfind("data: [DONE]");
+    REQUIRE(done != std::string::npos);
+    const size_t last = streamed.rfind("data: {", done);
+    const json usage_chunk = json::parse(streamed.substr(last + 6, streamed.find("\n\n", last) - last - 6));
+    CHECK(usage_chunk["choices"].empty());
+    CHECK(usage_chunk["usage"]["completion_tokens"] == 4);
+    CHECK(usage_chunk["system_fingerprint"].is_string());
+
     const std::string no_upgrade = send_raw(port, "GET /v1/ws HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k%y\r\nConnection: close\r\n\r\n");
     CHECK(status_of(no_upgrade) == 426);
 
@@ -208,6 +230,7 @@ TEST_CASE("WebSocket details: a frame sent with the upgrade is read, the 101 nam
     beast::error_code ec;
     ws.read(b, ec);
     stopper.join();
+    INFO(ec.message());
     CHECK(ec == websocket::error::closed);
     CHECK(ws.reason().code == websocket::close_code::going_away);
 }

@@ -120,3 +120,44 @@ TEST_CASE("interpret_ws_message: generate, cancel, and the checks on type, id an
     CHECK_THAT(json::parse(too_long.frame)["message"].get<std::string>(), Catch::Contains("at most 128"));
     CHECK(json::parse(too_long.frame)["id"].is_null());  // not echoed
 }
+
+TEST_CASE("parse_generation: chat messages as SDKs send them: text parts, developer, assistant content null; tools refused", "[net][api]") {
+    const auto chat = [](const std::string& messages) {
+        return parse_generation(parse_json(R"({"messages":)" + messages + "}"), ApiKind::Chat, kLimits, plain_transcript, nullptr);
+    };
+    const ParsedRequest r = chat(R"([{"role":"developer","content":"Be brief."},)"
+                                 R"({"role":"user","content":[{"type":"text","text":"Hello, "},{"type":"text","text":"world"}]},)"
+                                 R"({"role":"assistant","content":null},{"role":"user","content":"again"}])");
+    REQUIRE(r.messages.size() == 4);
+    CHECK(r.messages[0] == std::pair<std::string, std::string>{"system", "Be brief."});
+    CHECK(r.messages[1].second == "Hello, world");
+    CHECK(r.messages[2] == std::pair<std::string, std::string>{"assistant", ""});
+    CHECK(r.request.max_tokens == kLimits.max_tokens_limit);  // chat: until the answer or the context ends
+    CHECK(http_error(R"({"messages":[{"role":"tool","content":"42","tool_call_id":"c1"}]})", ApiKind::Chat).param == "messages");
+    CHECK(http_error(R"({"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}]})", ApiKind::Chat)
+              .message.find("image_url") != std::string::npos);
+    CHECK(http_error(R"({"messages":[{"role":"user","content":[]}]})", ApiKind::Chat).param == "messages");
+    CHECK(http_error(R"({"messages":[{"role":"user"}]})", ApiKind::Chat).param == "messages");
+}
+
+TEST_CASE("parse_generation: a parameter specd does not implement is refused naming it; its off value is accepted", "[net][api]") {
+    for (const char* param : {R"("presence_penalty":0.5)", R"("frequency_penalty":99)", R"("logprobs":true)", R"("top_logprobs":3)",
+                              R"("logit_bias":{"50256":-100})", R"("echo":true)", R"("suffix":"end")", R"("best_of":2)",
+                              R"("tools":[{"type":"function","function":{"name":"f"}}])", R"("tool_choice":"required")",
+                              R"("response_format":{"type":"json_object"})", R"("grammar":"root ::= \"a\"")"}) {
+        const std::string body = std::string(R"({"prompt":"x",)") + param + "}";
+        const ApiError e = http_error(body, ApiKind::Completion);
+        INFO(body);
+        CHECK(e.status == 400);
+        CHECK_FALSE(e.param.empty());
+        CHECK(std::string(param).find(e.param) == 1);
+        CHECK_THAT(e.message, Catch::Contains("not supported"));
+    }
+    const ParsedRequest ok = parse_generation(
+        parse_json(R"({"prompt":"x","presence_penalty":0,"frequency_penalty":0.0,"logprobs":false,"echo":false,"logit_bias":{},)"
+                   R"("best_of":1,"tools":[],"tool_choice":"none","response_format":{"type":"text"},"user":"u1","cache_prompt":true,)"
+                   R"("stream":true,"stream_options":{"include_usage":true}})"),
+        ApiKind::Completion, kLimits, plain_transcript, nullptr);
+    CHECK(ok.include_usage);
+    CHECK(ok.request.max_tokens == kLimits.default_max_tokens);
+}

@@ -42,6 +42,18 @@ async function main() {
             model = data[0].id;
             return `${data.length} model(s), using ${JSON.stringify(model)}`;
         }],
+        ["models.retrieve: the listed model; another id is a 404 NotFoundError", async () => {
+            assert(model, "needs models.list");
+            const m = await client.models.retrieve(model);
+            assert(m.id === model && m.object === "model", `retrieve gave ${JSON.stringify(m)}`);
+            try {
+                await client.models.retrieve("gpt-4o");
+                throw new Error("an unknown model id was found");
+            } catch (e) {
+                if (!(e instanceof APIError) || e.status !== 404) throw e;
+            }
+            return `${JSON.stringify(m.id)}; gpt-4o 404`;
+        }],
         ["completions.create", async () => {
             assert(model, "needs models.list");
             const r = await client.completions.create({ model, ...COMPLETION });
@@ -92,6 +104,34 @@ async function main() {
                 texts.push(text);
             }
             return `${show(want)}, finish stop, 4 ways alike`;
+        }],
+        ["chat stream with stream_options.include_usage: a last chunk with no choices carries the usage; system_fingerprint set", async () => {
+            assert(model, "needs models.list");
+            const stream = await client.chat.completions.create({ model, ...CHAT, stream: true, stream_options: { include_usage: true } });
+            const chunks = [];
+            for await (const chunk of stream) chunks.push(chunk);
+            const last = chunks.at(-1);
+            assert(last && Array.isArray(last.choices) && last.choices.length === 0, `last chunk has choices: ${JSON.stringify(last).slice(0, 200)}`);
+            assert(last.usage && last.usage.completion_tokens === CHAT.max_tokens, `usage ${JSON.stringify(last.usage)}`);
+            assert(chunks.every((c) => typeof c.system_fingerprint === "string"), "a chunk without system_fingerprint");
+            return `${chunks.length} chunks, usage ${JSON.stringify(last.usage)}`;
+        }],
+        ["parameters specd does not implement are refused with a 400 naming them, never ignored", async () => {
+            assert(model, "needs models.list");
+            const refused = [];
+            for (const [param, value] of [["presence_penalty", 0.5], ["frequency_penalty", 99], ["logprobs", true], ["top_logprobs", 2],
+                                          ["response_format", { type: "json_object" }], ["logit_bias", { "1": 5 }],
+                                          ["tools", [{ type: "function", function: { name: "f", parameters: {} } }]], ["tool_choice", "required"]]) {
+                try {
+                    await client.chat.completions.create({ model, ...CHAT, [param]: value, ...(param === "top_logprobs" ? { logprobs: false } : {}) });
+                    throw new Error(`${param} was accepted`);
+                } catch (e) {
+                    if (!(e instanceof APIError) || e.status !== 400) throw e;
+                    assert(e.param === param || (e.error && e.error.param === param), `${param}: the error names ${e.param}`);
+                    refused.push(param);
+                }
+            }
+            return `${refused.length} refused: ${refused.join(", ")}`;
         }],
         ["chat.completions.create", async () => {
             assert(model, "needs models.list");
