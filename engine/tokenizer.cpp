@@ -8,6 +8,8 @@
 #include <unordered_map>
 
 #include "engine/error.h"
+#include "engine/pretokenizer.h"
+#include "engine/tokenizer_bpe.h"
 
 namespace specd {
 
@@ -82,6 +84,10 @@ struct Tokenizer::Impl {
     std::unordered_map<std::string_view, int32_t> id_by_text; // keys view vocab.tokens (Impl never moves)
     std::array<int32_t, 256> byte_token{};                    // token for each byte value, -1 if none
     std::vector<int32_t> special_ids;                         // Control/Unknown/UserDefined, longest text first
+    std::vector<uint8_t> ends_generation;                     // (n_vocab) 1 for eos, eot and eog_ids
+    // Byte-level BPE only (null for SPM):
+    std::unique_ptr<PreTokenizer> pre_tokenizer;
+    std::unique_ptr<bpe::Merger> merger;
 
     TokenType type(int32_t id) const { return static_cast<TokenType>(vocab.token_types[static_cast<size_t>(id)]); }
     int32_t lookup(std::string_view text) const {
@@ -99,6 +105,7 @@ struct Tokenizer::Impl {
         return t == TokenType::Normal || t == TokenType::UserDefined ? id : -1;
     }
     void encode_spm(std::string_view text, std::vector<int32_t>& out) const;
+    void encode_bpe(std::string_view text, std::vector<int32_t>& out) const;
 };
 
 namespace {
@@ -199,6 +206,32 @@ void Tokenizer::Impl::encode_spm(std::string_view text, std::vector<int32_t>& ou
     }
 }
 
+// Byte-level BPE on one run of text without special tokens, as llama.cpp's
+// llm_tokenizer_bpe_session: pre-tokenize, then merge inside each word.
+void Tokenizer::Impl::encode_bpe(std::string_view text, std::vector<int32_t>& out) const {
+    if (text.empty()) return;
+    thread_local std::string sanitized;
+    if (sanitize_utf8(text, sanitized)) text = sanitized;
+    thread_local std::vector<TextSpan> words;
+    words.clear();
+    pre_tokenizer->split(text, words);
+    const bool ignore_merges = pre_tokenizer->traits().ignore_merges;
+    thread_local std::string byte_level;
+    for (const TextSpan span : words) {
+        const std::string_view word = text.substr(span.offset, span.size);
+        if (ignore_merges) {
+            // A word that is a token as a whole is taken as it is (llama3, tekken).
+            byte_level.clear();
+            for (const char c : word) byte_level += bpe::byte_to_text(static_cast<uint8_t>(c));
+            if (const int32_t id = lookup(byte_level); id >= 0) {
+                out.push_back(id);
+                continue;
+            }
+        }
+        merger->encode_word(word, out);
+    }
+}
+
 Tokenizer::Tokenizer(VocabData v) {
     auto impl = std::make_shared<Impl>();
     const size_t n = v.tokens.size();
@@ -236,8 +269,13 @@ Tokenizer::Tokenizer(VocabData v) {
         std::string& piece = impl->pieces[i];
         switch (static_cast<TokenType>(type)) {
             case TokenType::Normal:
-                piece = text;
-                replace_all(piece, kSpaceMark, " ");
+                if (v.kind == VocabKind::Bpe) {
+                    // A text with a character that stands for no byte decodes as it is written.
+                    if (!bpe::text_to_bytes(text, piece)) piece = text;
+                } else {
+                    piece = text;
+                    replace_all(piece, kSpaceMark, " ");
+                }
                 break;
             case TokenType::Byte: {
                 const int byte = parse_byte_token(text);
@@ -279,6 +317,23 @@ Tokenizer::Tokenizer(VocabData v) {
         if (id < 0) id = impl->lookup_mergeable(std::string_view(&raw, 1));  // llama.cpp's fallback: the byte as text
         impl->byte_token[static_cast<size_t>(b)] = id;
     }
+    impl->ends_generation.assign(n, 0);
+    for (const int32_t id : {vocab.eos_id, vocab.eot_id}) {
+        if (id >= 0) impl->ends_generation[static_cast<size_t>(id)] = 1;
+    }
+    for (const int32_t id : vocab.eog_ids) {
+        check_special_id("eog_ids", id, n_vocab);
+        if (id >= 0) impl->ends_generation[static_cast<size_t>(id)] = 1;
+    }
+    if (vocab.kind == VocabKind::Bpe) {
+        if (vocab.merges.empty()) {
+            throw Error("tokenizer: a byte-level BPE (gpt2) vocabulary needs merges (tokenizer.ggml.merges), and it has none");
+        }
+        impl->pre_tokenizer = std::make_unique<PreTokenizer>(vocab.pre);
+        const Impl& im = *impl;
+        impl->merger = std::make_unique<bpe::Merger>(vocab.tokens, vocab.merges,
+                                                     [&im](std::string_view text) { return im.lookup(text); });
+    }
     // Longer special tokens are matched first (llama.cpp's tokenizer_st_partition).
     std::stable_sort(impl->special_ids.begin(), impl->special_ids.end(), [&](int32_t a, int32_t b) {
         return vocab.tokens[static_cast<size_t>(a)].size() > vocab.tokens[static_cast<size_t>(b)].size();
@@ -295,6 +350,7 @@ int32_t Tokenizer::pad_id() const { return impl_->vocab.pad_id; }
 bool Tokenizer::add_bos() const { return impl_->vocab.add_bos; }
 bool Tokenizer::add_eos() const { return impl_->vocab.add_eos; }
 bool Tokenizer::add_space_prefix() const { return impl_->vocab.add_space_prefix; }
+VocabKind Tokenizer::kind() const { return impl_->vocab.kind; }
 const VocabData& Tokenizer::vocab() const { return impl_->vocab; }
 
 void Tokenizer::check_id(int32_t id) const {
@@ -322,7 +378,7 @@ float Tokenizer::token_score(int32_t id) const {
 int32_t Tokenizer::find_token(std::string_view text) const { return impl_->lookup(text); }
 
 bool Tokenizer::is_end_of_generation(int32_t id) const {
-    return id >= 0 && (id == impl_->vocab.eos_id || id == impl_->vocab.eot_id);
+    return id >= 0 && id < n_vocab() && impl_->ends_generation[static_cast<size_t>(id)] != 0;
 }
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos, bool parse_special) const {
@@ -376,6 +432,11 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos, bool
         if (f.token >= 0) {
             out.push_back(f.token);
             after_special = true;
+            continue;
+        }
+        if (vocab.kind == VocabKind::Bpe) {
+            im.encode_bpe(text.substr(f.offset, f.length), out);
+            after_special = false;
             continue;
         }
         normalised.clear();
