@@ -126,6 +126,9 @@ const std::vector<Family>& families() {
              "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}+| "
              "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"});
         add({"laguna"}, {"laguna"}, {"[^\\n]+|[\\n]+", kQwen2});
+        // Gemma 4 (tokenizer.ggml.model "gemma4"): SentencePiece-style BPE on
+        // raw UTF-8 with "▁" for spaces, split only at newline runs.
+        add({"gemma4", false, true, false, false, true, true}, {"gemma4"}, {"[^\\n]+|[\\n]+"});
         return t;
     }();
     return table;

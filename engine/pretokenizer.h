@@ -24,6 +24,9 @@ struct PreTokenizerTraits {
     bool ignore_merges = false;       // a word that is a whole token is taken as it is (no merges)
     bool add_bos_by_default = false;  // add_bos is true unless the file says otherwise
     bool no_bos = false;              // the vocabulary has no BOS unless the file names one (ChatGLM)
+    bool byte_level = true;           // merges start from byte-level characters; false: from UTF-8 ones
+    bool escape_spaces = false;       // spaces become "▁" (U+2581) before splitting (Gemma 4)
+    bool whole_newline_runs = false;  // a word of only "\n" that is a token is taken whole (Gemma 4)
 };
 
 // One piece of the text: bytes [offset, offset + size).

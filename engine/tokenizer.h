@@ -14,7 +14,11 @@
 // text is cut into words by the pre-tokenizer that tokenizer.ggml.pre names
 // (pretokenizer.h), each word's bytes are merged by the ranked merges of
 // tokenizer.ggml.merges (tokenizer_bpe.h), and tokens decode through GPT-2's
-// byte-to-character mapping back to the exact bytes.
+// byte-to-character mapping back to the exact bytes. Gemma 4
+// (tokenizer.ggml.model = "gemma4") is BPE on the UTF-8 characters
+// themselves, spaces written "▁", with "<0xXX>" byte tokens as fallback.
+// decode() gives the pieces' bytes as they are: llama.cpp's optional
+// clean-up of spaces before punctuation (clean_spaces) is not applied.
 #pragma once
 
 #include <cstdint>
@@ -44,7 +48,7 @@ enum class TokenType : int32_t {
 // The two tokenizer models (tokenizer.ggml.model).
 enum class VocabKind {
     Spm,  // "llama": SentencePiece BPE on scores
-    Bpe,  // "gpt2": byte-level BPE on merges after a regex pre-tokenizer
+    Bpe,  // "gpt2" (byte-level) and "gemma4": BPE on merges after a regex pre-tokenizer
 };
 
 // Everything the tokenizer needs, independent of the file format.
@@ -61,12 +65,17 @@ struct VocabData {
     bool add_bos = true;               // the model expects a BOS first
     bool add_eos = false;              // the model expects an EOS last (added with the BOS)
     bool add_space_prefix = true;      // prefix a space to text at the start and after special tokens
-    // Byte-level BPE only:
-    std::vector<std::string> merges;   // (n_merges) "left right" in byte-level text, lowest rank first; required
+    // BPE only:
+    std::vector<std::string> merges;   // (n_merges) "left right" as token texts, lowest rank first; required
     std::string pre = "default";       // the pre-tokenizer (tokenizer.ggml.pre), one PreTokenizer knows
     // Further tokens that end generation besides eos and eot (llama.cpp's
     // special_eog_ids: <|im_end|>, <|eom_id|>, <|fim_pad|>, ... found by text).
     std::vector<int32_t> eog_ids;
+    // Special tokens that, matched in text, swallow the whitespace on their
+    // left / right (llama.cpp's LSTRIP / RSTRIP attributes: Phi-3's specials
+    // strip on the right, e.g. "<|user|>\nHi" → <|user|> "Hi").
+    std::vector<int32_t> lstrip_ids;
+    std::vector<int32_t> rstrip_ids;
     // What the loader found odd but accepted (a missing pre-tokenizer, ...),
     // one line each; the caller decides where to print them.
     std::vector<std::string> warnings;
@@ -85,8 +94,8 @@ public:
     // specd::Error naming the problem.
     explicit Tokenizer(VocabData vocab);
     // Reads the tokenizer.ggml.* keys (tokenizer_gguf.cpp) as llama.cpp does;
-    // errors name the missing or bad key. tokenizer.ggml.model "llama" and
-    // "gpt2" are supported. A "gpt2" vocabulary without tokenizer.ggml.pre
+    // errors name the missing or bad key. tokenizer.ggml.model "llama",
+    // "gpt2" and "gemma4" are supported. A "gpt2" vocabulary without tokenizer.ggml.pre
     // gets the "default" pre-tokenizer and a warning (vocab().warnings); an
     // unknown pre-tokenizer name is an error, as in llama.cpp.
     static Tokenizer from_gguf(const gguf::File& file);

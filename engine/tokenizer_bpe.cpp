@@ -25,6 +25,13 @@ void append_utf8(uint32_t cpt, std::string& out) {
     }
 }
 
+// Bytes of a UTF-8 character judged by its lead byte alone, as llama.cpp's
+// unicode_len_utf8 (a stray continuation byte counts as one character).
+size_t utf8_length(unsigned char lead) {
+    static constexpr uint8_t lookup[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
+    return lookup[lead >> 4];
+}
+
 bool is_printable_latin1(int b) { return (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF); }
 
 struct ByteTables {
@@ -73,7 +80,8 @@ bool text_to_bytes(std::string_view text, std::string& bytes) {
 // ---------------------------------------------------------------- Merger ---
 
 Merger::Merger(const std::vector<std::string>& tokens, const std::vector<std::string>& merges,
-               const std::function<int32_t(std::string_view)>& find_token) {
+               const std::function<int32_t(std::string_view)>& find_token, Alphabet alphabet)
+    : alphabet_(alphabet) {
     if (tokens.size() > static_cast<size_t>(INT32_MAX / 2)) throw Error("tokenizer: too many tokens for BPE");
     n_vocab_ = static_cast<int32_t>(tokens.size());
 
@@ -91,9 +99,24 @@ Merger::Merger(const std::vector<std::string>& tokens, const std::vector<std::st
         return symbol;
     };
 
-    byte_symbol_.resize(256);
-    for (int b = 0; b < 256; ++b) {
-        byte_symbol_[static_cast<size_t>(b)] = symbol_of(std::string(byte_to_text(static_cast<uint8_t>(b))), true);
+    if (alphabet_ == Alphabet::Bytes) {
+        byte_symbol_.resize(256);
+        for (int b = 0; b < 256; ++b) {
+            byte_symbol_[static_cast<size_t>(b)] = symbol_of(std::string(byte_to_text(static_cast<uint8_t>(b))), true);
+        }
+    } else {
+        static const char* hex = "0123456789ABCDEF";
+        byte_token_.resize(256);
+        for (int b = 0; b < 256; ++b) {
+            const char spelled[6] = {'<', '0', 'x', hex[b >> 4], hex[b & 15], '>'};
+            byte_token_[static_cast<size_t>(b)] = find_token(std::string_view(spelled, 6));
+        }
+        for (size_t id = 0; id < tokens.size(); ++id) {
+            const std::string& t = tokens[id];
+            if (!t.empty() && utf8_length(static_cast<unsigned char>(t[0])) == t.size()) {
+                char_symbol_.emplace(t, static_cast<int32_t>(id));
+            }
+        }
     }
 
     // "left right", split at the first space after the first character
@@ -130,13 +153,32 @@ Merger::Merger(const std::vector<std::string>& tokens, const std::vector<std::st
     }
 
     // A symbol that is no token comes out as the tokens of its single bytes
-    // (llama.cpp looks up each byte of the symbol's text as a token text).
+    // (llama.cpp looks up each byte of the symbol's text as a token text, or
+    // as "<0xXX>" for Utf8).
     fallback_.resize(synthetic_texts.size());
     for (size_t s = 0; s < synthetic_texts.size(); ++s) {
         for (const char c : synthetic_texts[s]) {
-            const int32_t id = find_token(std::string_view(&c, 1));
+            const int32_t id = alphabet_ == Alphabet::Bytes ? find_token(std::string_view(&c, 1))
+                                                            : byte_token_[static_cast<unsigned char>(c)];
             if (id >= 0) fallback_[s].push_back(id);
         }
+    }
+}
+
+void Merger::initial_symbols(std::string_view word, std::vector<int32_t>& symbols) const {
+    symbols.clear();
+    if (alphabet_ == Alphabet::Bytes) {
+        symbols.resize(word.size());
+        for (size_t i = 0; i < word.size(); ++i) symbols[i] = byte_symbol_[static_cast<unsigned char>(word[i])];
+        return;
+    }
+    thread_local std::string key;
+    for (size_t i = 0; i < word.size();) {
+        const size_t len = std::min(utf8_length(static_cast<unsigned char>(word[i])), word.size() - i);
+        key.assign(word.substr(i, len));
+        const auto it = char_symbol_.find(key);
+        symbols.push_back(it == char_symbol_.end() ? -1 - static_cast<int32_t>(i) : it->second);
+        i += len;
     }
 }
 
@@ -151,6 +193,7 @@ inline uint64_t slot_of(uint64_t key, uint64_t mask) { return (key * 0x9E3779B97
 }  // namespace
 
 const Merger::Entry* Merger::find(int32_t left, int32_t right) const {
+    if (left < 0 || right < 0) return nullptr;  // a character that is no token (and -1, -1 would be kEmpty)
     const uint64_t key = pair_key(left, right);
     for (uint64_t slot = slot_of(key, mask_);; slot = (slot + 1) & mask_) {
         const Entry& e = table_[slot];
@@ -166,7 +209,16 @@ void Merger::insert(int32_t left, int32_t right, int32_t rank, int32_t result) {
     table_[slot] = Entry{key, rank, result};
 }
 
-void Merger::emit(int32_t symbol, std::vector<int32_t>& out) const {
+void Merger::emit(int32_t symbol, std::string_view word, std::vector<int32_t>& out) const {
+    if (symbol < 0) {  // a character that is no token: its "<0xXX>" byte tokens
+        const auto offset = static_cast<size_t>(-1 - symbol);
+        const size_t len = std::min(utf8_length(static_cast<unsigned char>(word[offset])), word.size() - offset);
+        for (size_t k = 0; k < len; ++k) {
+            const int32_t id = byte_token_[static_cast<unsigned char>(word[offset + k])];
+            if (id >= 0) out.push_back(id);
+        }
+        return;
+    }
     if (symbol < n_vocab_) {
         out.push_back(symbol);
         return;
@@ -189,18 +241,18 @@ void Merger::encode_word_scan(std::string_view word, std::vector<int32_t>& out) 
     const size_t n = word.size();
     if (n == 0) return;
     thread_local std::vector<int32_t> symbols, ranks, results;  // (len), (len - 1), (len - 1)
-    symbols.resize(n);
-    for (size_t i = 0; i < n; ++i) symbols[i] = byte_symbol_[static_cast<unsigned char>(word[i])];
-    if (n > 1) {
-        ranks.resize(n - 1);
-        results.resize(n - 1);
+    initial_symbols(word, symbols);
+    const size_t n_symbols = symbols.size();
+    if (n_symbols > 1) {
+        ranks.resize(n_symbols - 1);
+        results.resize(n_symbols - 1);
         const auto rank_pair = [&](size_t i) {
             const Entry* e = find(symbols[i], symbols[i + 1]);
             ranks[i] = e ? e->rank : INT32_MAX;
             results[i] = e ? e->result : -1;
         };
-        for (size_t i = 0; i + 1 < n; ++i) rank_pair(i);
-        size_t len = n;
+        for (size_t i = 0; i + 1 < n_symbols; ++i) rank_pair(i);
+        size_t len = n_symbols;
         while (len > 1) {
             int32_t best = INT32_MAX;
             size_t at = 0;
@@ -223,7 +275,7 @@ void Merger::encode_word_scan(std::string_view word, std::vector<int32_t>& out) 
         }
         symbols.resize(len);
     }
-    for (const int32_t s : symbols) emit(s, out);
+    for (const int32_t s : symbols) emit(s, word, out);
 }
 
 // The same merges with a linked list of symbols and a queue of candidate
@@ -234,7 +286,8 @@ void Merger::encode_word_queue(std::string_view word, std::vector<int32_t>& out)
     if (n >= static_cast<size_t>(INT32_MAX)) throw Error("tokenizer: a word of 2 GiB or more");
     struct Node {
         int32_t prev, next;  // -1: none
-        int32_t symbol;      // -1: merged into its left neighbour
+        int32_t symbol;
+        bool alive;          // false once merged into its left neighbour
     };
     struct Candidate {
         int32_t rank;
@@ -248,11 +301,13 @@ void Merger::encode_word_queue(std::string_view word, std::vector<int32_t>& out)
         }
     };
     thread_local std::vector<Node> nodes;
+    thread_local std::vector<int32_t> start;
     thread_local std::vector<Candidate> heap;  // std::push_heap order under Later
-    nodes.resize(n);
-    for (size_t i = 0; i < n; ++i) {
-        nodes[i] = Node{static_cast<int32_t>(i) - 1, i + 1 == n ? -1 : static_cast<int32_t>(i + 1),
-                        byte_symbol_[static_cast<unsigned char>(word[i])]};
+    initial_symbols(word, start);
+    const size_t n_symbols = start.size();
+    nodes.resize(n_symbols);
+    for (size_t i = 0; i < n_symbols; ++i) {
+        nodes[i] = Node{static_cast<int32_t>(i) - 1, i + 1 == n_symbols ? -1 : static_cast<int32_t>(i + 1), start[i], true};
     }
     heap.clear();
     const auto offer = [&](int32_t left, int32_t right) {
@@ -264,22 +319,26 @@ void Merger::encode_word_queue(std::string_view word, std::vector<int32_t>& out)
             std::push_heap(heap.begin(), heap.end(), Later{});
         }
     };
-    for (size_t i = 0; i + 1 < n; ++i) offer(static_cast<int32_t>(i), static_cast<int32_t>(i + 1));
+    for (size_t i = 0; i + 1 < n_symbols; ++i) offer(static_cast<int32_t>(i), static_cast<int32_t>(i + 1));
     while (!heap.empty()) {
         std::pop_heap(heap.begin(), heap.end(), Later{});
         const Candidate c = heap.back();
         heap.pop_back();
         Node& left = nodes[static_cast<size_t>(c.left)];
         Node& right = nodes[static_cast<size_t>(c.right)];
-        if (left.symbol != c.left_symbol || right.symbol != c.right_symbol || left.next != c.right) continue;
+        const bool stale = !left.alive || !right.alive || left.next != c.right || left.symbol != c.left_symbol ||
+                           right.symbol != c.right_symbol;
+        if (stale) continue;
         left.symbol = c.result;
-        right.symbol = -1;
+        right.alive = false;
         left.next = right.next;
         if (right.next >= 0) nodes[static_cast<size_t>(right.next)].prev = c.left;
         offer(left.prev, c.left);
         offer(c.left, left.next);
     }
-    for (int32_t i = 0; i >= 0; i = nodes[static_cast<size_t>(i)].next) emit(nodes[static_cast<size_t>(i)].symbol, out);
+    for (int32_t i = 0; i >= 0; i = nodes[static_cast<size_t>(i)].next) {
+        emit(nodes[static_cast<size_t>(i)].symbol, word, out);
+    }
 }
 
 }  // namespace specd::bpe

@@ -2,6 +2,7 @@
 // from tokenizer.cpp so the tokenizer itself does not depend on the reader.
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <climits>
 #include <optional>
 #include <string>
@@ -129,6 +130,49 @@ void find_end_of_generation(const gguf::File& file, VocabData& v) {
     }
 }
 
+// llama.cpp's per-model token attributes (the end of llama_vocab::impl::load),
+// chosen by general.name, tokenizer.ggml.pre and general.architecture.
+void find_strip_attributes(const gguf::File& file, VocabData& v) {
+    const auto lower = [](std::string s) {
+        for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+        return s;
+    };
+    const std::string name = lower(file.get_string_opt("general.name").value_or(""));
+    const std::string arch = file.get_string_opt("general.architecture").value_or("");
+    const std::string pre = file.get_string_opt("tokenizer.ggml.pre").value_or("");
+    const auto contains = [](const std::string& s, std::initializer_list<std::string_view> parts) {
+        for (const std::string_view p : parts) {
+            if (s.find(p) != std::string::npos) return true;
+        }
+        return false;
+    };
+    const auto find_text = [&](std::string_view text) -> int32_t {
+        for (size_t i = 0; i < v.tokens.size(); ++i) {
+            if (v.tokens[i] == text) return static_cast<int32_t>(i);
+        }
+        return -1;
+    };
+    if (contains(pre, {"jina-v2-de", "jina-v2-es", "jina-v2-code"}) || contains(arch, {"nomic-bert-moe", "jina-bert-v3"})) {
+        if (const int32_t mask = find_text("<mask>"); mask >= 0) v.lstrip_ids.push_back(mask);
+    } else if (contains(name, {"phi-3", "phi3"})) {
+        // Every special token strips on its right, and "</s>"; not "<unk>", "<s>", "<|endoftext|>".
+        std::vector<uint8_t> rstrip(v.tokens.size(), 0);
+        for (size_t i = 0; i < v.tokens.size(); ++i) {
+            const auto type = static_cast<TokenType>(v.token_types[i]);
+            if (type == TokenType::Control || type == TokenType::UserDefined || type == TokenType::Unknown) rstrip[i] = 1;
+        }
+        if (const int32_t id = find_text("</s>"); id >= 0) rstrip[static_cast<size_t>(id)] = 1;
+        for (const std::string_view keep : {"<unk>", "<s>", "<|endoftext|>"}) {
+            if (const int32_t id = find_text(keep); id >= 0) rstrip[static_cast<size_t>(id)] = 0;
+        }
+        for (size_t i = 0; i < rstrip.size(); ++i) {
+            if (rstrip[i]) v.rstrip_ids.push_back(static_cast<int32_t>(i));
+        }
+    } else if (contains(name, {"modern-bert"})) {
+        if (const int32_t mask = find_text("[MASK]"); mask >= 0) v.lstrip_ids.push_back(mask);
+    }
+}
+
 }  // namespace
 
 Tokenizer Tokenizer::from_gguf(const gguf::File& file) {
@@ -138,22 +182,24 @@ Tokenizer Tokenizer::from_gguf(const gguf::File& file) {
     const std::string model = file.get_string(kModel);
 
     VocabData v;  // llama.cpp's SPM defaults: bos 1, eos 2, unk 0, add_bos, add_space_prefix
-    if (model == "gpt2") {
-        // llama.cpp's BPE defaults: bos = eos = 11, no unk, nothing added.
+    if (model == "gpt2" || model == "gemma4") {
+        // llama.cpp's BPE defaults: bos = eos = 11 (Gemma 4: none), no unk, nothing added.
         v.kind = VocabKind::Bpe;
-        v.bos_id = 11;
-        v.eos_id = 11;
+        v.bos_id = model == "gemma4" ? -1 : 11;
+        v.eos_id = v.bos_id;
         v.unk_id = -1;
         v.add_bos = false;
         v.add_space_prefix = false;
         constexpr std::string_view kMerges = "tokenizer.ggml.merges";
         if (!file.has(kMerges)) {
-            throw Error(path + ": tokenizer.ggml.model is \"gpt2\" but tokenizer.ggml.merges is missing (a byte-level "
-                        "BPE vocabulary needs its merges)");
+            throw Error(path + ": tokenizer.ggml.model is \"" + model +
+                        "\" but tokenizer.ggml.merges is missing (a BPE vocabulary needs its merges)");
         }
         v.merges = file.get_string_array(kMerges);
         if (v.merges.empty()) throw Error(path + ": tokenizer.ggml.merges is empty");
-        if (const std::optional<std::string> pre = file.get_string_opt("tokenizer.ggml.pre")) {
+        if (model == "gemma4") {
+            v.pre = "gemma4";  // llama.cpp sets it whatever the file says
+        } else if (const std::optional<std::string> pre = file.get_string_opt("tokenizer.ggml.pre")) {
             v.pre = *pre;
         } else {
             v.pre = "default";
@@ -169,7 +215,7 @@ Tokenizer Tokenizer::from_gguf(const gguf::File& file) {
         }
     } else if (model != "llama") {
         throw Error(path + ": tokenizer.ggml.model is \"" + model +
-                    "\"; supported: \"llama\" (SentencePiece) and \"gpt2\" (byte-level BPE)");
+                    "\"; supported: \"llama\" (SentencePiece), \"gpt2\" (byte-level BPE) and \"gemma4\"");
     }
 
     constexpr std::string_view kTokens = "tokenizer.ggml.tokens";
@@ -206,6 +252,7 @@ Tokenizer Tokenizer::from_gguf(const gguf::File& file) {
     read_flag(file, "tokenizer.ggml.add_bos_token", v.add_bos);
     read_flag(file, "tokenizer.ggml.add_eos_token", v.add_eos);
     read_flag(file, "tokenizer.ggml.add_space_prefix", v.add_space_prefix);
+    if (model == "gemma4") v.add_bos = true;  // llama.cpp overrides a false add_bos_token for Gemma 4
     // The defaults ids 1/2 may not exist in a tiny vocabulary.
     if (v.bos_id >= n_vocab) v.bos_id = -1;
     if (v.eos_id >= n_vocab) v.eos_id = -1;
@@ -214,6 +261,7 @@ Tokenizer Tokenizer::from_gguf(const gguf::File& file) {
     if (v.add_eos && v.eos_id < 0) v.add_eos = false;
     if (v.token_types.empty()) v.token_types.assign(n, static_cast<int32_t>(TokenType::Normal));
     find_end_of_generation(file, v);
+    find_strip_attributes(file, v);
 
     try {
         return Tokenizer(std::move(v));

@@ -161,13 +161,19 @@ void check_merge_strategies(const std::string& name) {
     const Tokenizer tok = load(name);
     REQUIRE(tok.kind() == VocabKind::Bpe);
     const VocabData& v = tok.vocab();
-    const specd::bpe::Merger merger(v.tokens, v.merges, [&](std::string_view t) { return tok.find_token(t); });
     const PreTokenizer pre(v.pre);
+    const specd::bpe::Merger merger(v.tokens, v.merges, [&](std::string_view t) { return tok.find_token(t); },
+                                    pre.traits().byte_level ? specd::bpe::Alphabet::Bytes : specd::bpe::Alphabet::Utf8);
     std::vector<std::string> words;
     for (const Case& c : read_cases(name)) {
+        std::string text = c.text;
+        if (pre.traits().escape_spaces) {
+            text.clear();
+            for (const char ch : c.text) text += ch == ' ' ? std::string("\xE2\x96\x81") : std::string(1, ch);
+        }
         std::vector<TextSpan> spans;
-        pre.split(c.text, spans);
-        for (const TextSpan s : spans) words.push_back(c.text.substr(s.offset, s.size));
+        pre.split(text, spans);
+        for (const TextSpan s : spans) words.push_back(text.substr(s.offset, s.size));
     }
     words.push_back(std::string(300, 'a'));
     words.push_back("supercalifragilisticexpialidocious" + std::string(200, 'z') + "tokenization");
@@ -396,9 +402,10 @@ SPECD_VOCAB_VECTOR_TEST("falcon")
 SPECD_VOCAB_VECTOR_TEST("mpt")
 SPECD_VOCAB_VECTOR_TEST("llama-spm")
 SPECD_VOCAB_VECTOR_TEST("phi-3")
+SPECD_VOCAB_VECTOR_TEST("gemma-4")
 
 TEST_CASE("the queue and the scan merge give the same tokens on real vocabularies", "[tokenizer_bpe]") {
-    for (const char* name : {"llama-bpe", "qwen2", "gpt-2", "deepseek-llm"}) {
+    for (const char* name : {"llama-bpe", "qwen2", "gpt-2", "deepseek-llm", "gemma-4"}) {
         if (!have_vocab(name)) return;
         check_merge_strategies(name);
     }
@@ -424,6 +431,29 @@ TEST_CASE("real vocabularies: kind, add_bos and the end-of-generation set as lla
     CHECK(chat.front() == qwen.find_token("<|im_start|>"));
     CHECK(chat.back() == qwen.find_token("<|im_end|>"));
     CHECK(qwen.decode(chat) == "user\nhi");
+}
+
+TEST_CASE("Phi-3's special tokens swallow the whitespace after them, as llama.cpp's rstrip", "[tokenizer_bpe]") {
+    if (!have_vocab("phi-3")) return;
+    const Tokenizer phi3 = load("phi-3");
+    const int32_t user = phi3.find_token("<|user|>");
+    REQUIRE(user >= 0);
+    const Ids stripped = phi3.encode("<|user|>\n  Hello<|end|>", false, true);
+    CHECK(stripped == phi3.encode("<|user|>Hello<|end|>", false, true));
+    CHECK(stripped.front() == user);
+    // "<s>" is left alone: the text after it keeps its space.
+    CHECK(phi3.encode("<s> Hi", false, true) != phi3.encode("<s>Hi", false, true));
+}
+
+TEST_CASE("Gemma 4: BPE on UTF-8 with spaces as \"▁\", byte tokens for what it lacks", "[tokenizer_bpe]") {
+    if (!have_vocab("gemma-4")) return;
+    const Tokenizer gemma = load("gemma-4");
+    CHECK(gemma.kind() == VocabKind::Bpe);
+    CHECK(gemma.vocab().pre == "gemma4");
+    CHECK(gemma.add_bos());
+    CHECK(gemma.is_end_of_generation(gemma.find_token("<turn|>")));
+    const std::string text = " Hello  world\n\n\ttabs \xF0\x9F\xA6\x99 \xE1\x9E\x80";
+    CHECK(gemma.decode(gemma.encode(text, false)) == text);
 }
 
 // ------------------------------------------------------------- speed ----
