@@ -44,7 +44,7 @@ const hard = [
     "កាន់តែពិសេសអាចខលចេញ", "нещо на Български", "שלום עולם مرحبا بالعالم", "Ελληνικά: αβγ ΑΒΓ",
     "def f(x):\n    return x**2  # square\n\n\tif x != 0: pass", "<html><body class=\"x\">&amp;</body></html>",
     "```cpp\nint main() { return 0; }\n```", "$$\\int_0^\\infty e^{-x^2} dx$$", "((((((()))))))!!!???...,,,",
-    "<|endoftext|> <s></s> <|im_start|>user", "\u0001\u001f\u007f control", "ſ K ǅ Ǆ ǆ ß ẞ İ ı",
+    "<|endoftext|> <s></s> <|im_start|>user", "\u0001\u001f\u007f control", "\u0003\u000b\u001e bytes Falcon lacks", "ſ K ǅ Ǆ ǆ ß ẞ İ ı",
     "a".repeat(300), " ".repeat(257) + "x", "9".repeat(100), "\u200b\u200c\u200d\ufeff zero width",
 ];
 
