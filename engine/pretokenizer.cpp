@@ -23,52 +23,57 @@ namespace {
 // case-insensitive contractions stay spelled out ('[sS]) so that PCRE2's
 // Unicode case folding cannot make "'ſ" a contraction.
 
-constexpr const char* kGpt2 = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)";
+constexpr const char* kGpt2 =
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)";
 
 constexpr const char* kLlama3 =
-    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
-    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}|"
+    " ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
 constexpr const char* kJais2 =
-    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
-    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s{512}(?!\\S)|\\s{256}(?!\\S)|\\s{128}(?!\\S)|\\s{64}(?!\\S)|\\s{32}(?!"
-    "\\S)|\\s{16}(?!\\S)|\\s{8}(?!\\S)|\\s{4}(?!\\S)|\\s{1,2}(?!\\S)|\\s{1}";
+    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}|"
+    " ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s{512}(?!\\S)|\\s{256}(?!\\S)|\\s{128}(?!\\S)|\\s{64}(?!\\S)|"
+    "\\s{32}(?!\\S)|\\s{16}(?!\\S)|\\s{8}(?!\\S)|\\s{4}(?!\\S)|\\s{1,2}(?!\\S)|\\s{1}";
 
 constexpr const char* kQwen2 =
-    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
-    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}|"
+    " ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
 constexpr const char* kQwen35 =
-    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}| "
-    "?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}|"
+    " ?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
-constexpr const char* kStarcoderWords = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)";
+constexpr const char* kStarcoderWords =
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)";
 
 // The letter classes of tekken / GPT-4o: an upper-or-other run then a
 // lower-or-other run, or the other way round.
 constexpr const char* kTekken =
-    "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+|[^\\r\\n\\p{L}\\p{N}]?[\\p{"
-    "Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!"
-    "\\S)|\\s+";
+    "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+|"
+    "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*|\\p{N}|"
+    " ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
 constexpr const char* kGpt4o =
-    "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+(?:'[sS]|'[tT]|'[rR][eE]|'[vV]["
-    "eE]|'[mM]|'[lL][lL]|'[dD])?|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*(?:'"
-    "[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!"
-    "\\S)|\\s+";
+    "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+(?:'[sS]|'[tT]|"
+    "'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|"
+    "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*(?:'[sS]|'[tT]|"
+    "'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|"
+    "\\s+(?!\\S)|\\s+";
 
 constexpr const char* kDeepseek3Words =
-    "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| "
-    "?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+";
+    "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+|"
+    " ?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+";
 
 constexpr const char* kCjk = "[一-龥ࠀ-一가-퟿]+";
 
-// The Latin, Greek, Cyrillic, ... letters of DeepSeek-LLM's tokenizer.json.
+// The Latin, Greek, Cyrillic, ... letters of DeepSeek-LLM's tokenizer.json
+// (one literal: a split could fall inside a character).
 constexpr const char* kDeepseekLlmLetters =
     "\\s?[A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-ՖႠ-ჅᎠ-Ᏽᏸ-ᏽᲐ-ᲺᲽ-Ჿᴀ-ᴫᵫ-ᵷᵹ-ᶚḀ-ἕἘ-Ἕἠ-ὅὈ-Ὅὐ-ὗὙὛὝὟ-ώᾀ-ᾴᾶ-ᾼιῂ-ῄῆ-ῌῐ-ΐῖ-Ίῠ-Ῥῲ-ῴῶ-ῼℂℇℊ-ℓℕℙ-ℝℤΩℨK-ℭℯ-ℴℹℼ-ℿⅅ-ⅉⅎↃↄⰀ-ⱻⱾ-ⳤⳫ-ⳮⳲⳳꙀ-ꙭꚀ-ꚛꜢ-ꝯꝱ-ꞇꞋ-ꞎꭰ-ꮿﬀ-ﬆﬓ-ﬗＡ-Ｚａ-ｚ𐐀-𐑏𐒰-𐓓𐓘-𐓻𐲀-𐲲𐳀-𐳲𑢠-𑣟𞤀-𞥃]+";
 
 constexpr const char* kApostropheWordsBailing =
-    "'(?i:[sdmt]|ll|ve|re)|[^\\r\\n\\p{L}\\p{N}]?+\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]++[\\r\\n]*|\\s*[\\r\\n]|\\s+(?!\\S)|\\s+";
+    "'(?i:[sdmt]|ll|ve|re)|[^\\r\\n\\p{L}\\p{N}]?+\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]++[\\r\\n]*|\\s*[\\r\\n]|"
+    "\\s+(?!\\S)|\\s+";
 
 struct Family {
     PreTokenizerTraits traits;                // name: the canonical one
@@ -79,6 +84,7 @@ struct Family {
 const std::vector<Family>& families() {
     static const std::vector<Family> table = [] {
         std::vector<Family> t;
+        // Traits are written with designated initializers; a bare {"name"} has the defaults.
         const auto add = [&](PreTokenizerTraits traits, std::vector<const char*> aliases,
                              std::vector<std::string> regexes) {
             t.push_back({std::move(traits), std::move(aliases), std::move(regexes)});
@@ -86,7 +92,7 @@ const std::vector<Family>& families() {
         // llama.cpp's LLAMA_VOCAB_PRE_TYPE_DEFAULT: also what a missing key gets.
         add({"default"}, {"default"},
             {"[\\p{P}\\$\\+<=>\\^~\\|]+", kGpt2, "\\p{N}+", "[0-9][0-9][0-9]"});
-        add({"llama3", true, true},
+        add({.name = "llama3", .ignore_merges = true, .add_bos_by_default = true},
             {"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2", "jina-v5-nano"},
             {kLlama3});
         add({"dbrx"}, {"dbrx", "smaug-bpe"}, {kLlama3});
@@ -110,9 +116,9 @@ const std::vector<Family>& families() {
             {kQwen2});
         add({"qwen35"}, {"qwen35"}, {kQwen35});
         add({"bloom"}, {"bloom", "poro-chat", "gpt3-finnish"}, {" ?[^(\\s|.,!?…。，、।۔،)]+"});
-        add({"chatglm4", false, false, true}, {"chatglm4", "glm4", "chatglm-bpe"}, {kLlama3});
+        add({.name = "glm4", .no_bos = true}, {"glm4", "chatglm-bpe"}, {kLlama3});
         add({"viking"}, {"viking"}, {" ?[^(\\s|.,!?…。，、।۔،)]+", "\\p{N}"});
-        add({"tekken", true, true}, {"tekken"}, {kTekken});
+        add({.name = "tekken", .ignore_merges = true, .add_bos_by_default = true}, {"tekken"}, {kTekken});
         add({"gpt-4o"}, {"gpt-4o", "llama4", "kanana2", "talkie", "minimax-m2"}, {kGpt4o});
         add({"bailingmoe"}, {"bailingmoe", "bailingmoe2", "llada-moe"}, {kApostropheWordsBailing});
         add({"seed-coder"}, {"seed-coder"},
@@ -121,14 +127,19 @@ const std::vector<Family>& families() {
         add({"ufakzeka"}, {"ufakzeka"},
             {"[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"});
         add({"grok-2"}, {"grok-2"}, {kQwen2});
-        add({"minicpm5", true}, {"minicpm5"},
+        add({.name = "minicpm5", .ignore_merges = true}, {"minicpm5"},
             {"\\p{N}{1,3}",
              "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}+| "
              "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"});
         add({"laguna"}, {"laguna"}, {"[^\\n]+|[\\n]+", kQwen2});
         // Gemma 4 (tokenizer.ggml.model "gemma4"): SentencePiece-style BPE on
         // raw UTF-8 with "▁" for spaces, split only at newline runs.
-        add({"gemma4", false, true, false, false, true, true}, {"gemma4"}, {"[^\\n]+|[\\n]+"});
+        add({.name = "gemma4",
+             .add_bos_by_default = true,
+             .byte_level = false,
+             .escape_spaces = true,
+             .whole_newline_runs = true},
+            {"gemma4"}, {"[^\\n]+|[\\n]+"});
         return t;
     }();
     return table;
@@ -195,7 +206,8 @@ struct MatchContextDeleter {
 // a JIT stack larger than PCRE2's default 32 KiB, for long repeated groups.
 struct ThreadMatchState {
     std::unique_ptr<pcre2_match_data, MatchDataDeleter> data{pcre2_match_data_create(1, nullptr)};
-    std::unique_ptr<pcre2_jit_stack, JitStackDeleter> stack{pcre2_jit_stack_create(32 * 1024, 16 * 1024 * 1024, nullptr)};
+    std::unique_ptr<pcre2_jit_stack, JitStackDeleter> stack{
+        pcre2_jit_stack_create(32 * 1024, 16 * 1024 * 1024, nullptr)};
     std::unique_ptr<pcre2_match_context, MatchContextDeleter> context{pcre2_match_context_create(nullptr)};
     ThreadMatchState() {
         if (!data || !stack || !context) throw Error("pre-tokenizer: out of memory for PCRE2 match state");
@@ -273,7 +285,9 @@ std::vector<std::string> PreTokenizer::known_names() {
 
 void PreTokenizer::split(std::string_view text, std::vector<TextSpan>& words) const {
     if (text.empty()) return;
-    if (text.size() >= static_cast<size_t>(UINT32_MAX)) throw Error("pre-tokenizer: the text is too long (4 GiB or more)");
+    if (text.size() >= static_cast<size_t>(UINT32_MAX)) {
+        throw Error("pre-tokenizer: the text is too long (4 GiB or more)");
+    }
 #ifndef SPECD_HAVE_PCRE2
     (void)words;
     throw Error("pre-tokenizer: this build has no PCRE2");

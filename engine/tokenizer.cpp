@@ -366,7 +366,7 @@ Tokenizer::Tokenizer(VocabData v) {
     }
     if (vocab.kind == VocabKind::Bpe) {
         if (vocab.merges.empty()) {
-            throw Error("tokenizer: a byte-level BPE (gpt2) vocabulary needs merges (tokenizer.ggml.merges), and it has none");
+            throw Error("tokenizer: a BPE vocabulary needs merges (tokenizer.ggml.merges), and it has none");
         }
         const Impl& im = *impl;
         impl->merger = std::make_unique<bpe::Merger>(

@@ -32,7 +32,9 @@ size_t utf8_length(unsigned char lead) {
     return lookup[lead >> 4];
 }
 
-bool is_printable_latin1(int b) { return (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF); }
+bool is_printable_latin1(int b) {
+    return (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+}
 
 struct ByteTables {
     std::array<std::string, 256> text;     // byte → its character's UTF-8
@@ -307,7 +309,8 @@ void Merger::encode_word_queue(std::string_view word, std::vector<int32_t>& out)
     const size_t n_symbols = start.size();
     nodes.resize(n_symbols);
     for (size_t i = 0; i < n_symbols; ++i) {
-        nodes[i] = Node{static_cast<int32_t>(i) - 1, i + 1 == n_symbols ? -1 : static_cast<int32_t>(i + 1), start[i], true};
+        const int32_t next = i + 1 == n_symbols ? -1 : static_cast<int32_t>(i + 1);
+        nodes[i] = Node{static_cast<int32_t>(i) - 1, next, start[i], true};
     }
     heap.clear();
     const auto offer = [&](int32_t left, int32_t right) {

@@ -106,7 +106,9 @@ void find_end_of_generation(const gguf::File& file, VocabData& v) {
         const int32_t id = find_text(text);
         return id >= 0 && std::find(eog.begin(), eog.end(), id) != eog.end();
     };
-    if (in_eog("<|end|>") && ((in_eog("<|return|>") && in_eog("<|call|>")) || (in_eog("<|calls|>") && in_eog("<|flush|>")))) {
+    const bool harmony = in_eog("<|return|>") && in_eog("<|call|>");
+    const bool solar = in_eog("<|calls|>") && in_eog("<|flush|>");
+    if (in_eog("<|end|>") && (harmony || solar)) {
         const int32_t end = find_text("<|end|>");
         eog.erase(std::find(eog.begin(), eog.end(), end));
         v.token_types[static_cast<size_t>(end)] = static_cast<int32_t>(TokenType::UserDefined);
@@ -152,14 +154,16 @@ void find_strip_attributes(const gguf::File& file, VocabData& v) {
         }
         return -1;
     };
-    if (contains(pre, {"jina-v2-de", "jina-v2-es", "jina-v2-code"}) || contains(arch, {"nomic-bert-moe", "jina-bert-v3"})) {
+    const bool masks_left = contains(pre, {"jina-v2-de", "jina-v2-es", "jina-v2-code"}) ||
+                            contains(arch, {"nomic-bert-moe", "jina-bert-v3"});
+    if (masks_left) {
         if (const int32_t mask = find_text("<mask>"); mask >= 0) v.lstrip_ids.push_back(mask);
     } else if (contains(name, {"phi-3", "phi3"})) {
         // Every special token strips on its right, and "</s>"; not "<unk>", "<s>", "<|endoftext|>".
         std::vector<uint8_t> rstrip(v.tokens.size(), 0);
         for (size_t i = 0; i < v.tokens.size(); ++i) {
             const auto type = static_cast<TokenType>(v.token_types[i]);
-            if (type == TokenType::Control || type == TokenType::UserDefined || type == TokenType::Unknown) rstrip[i] = 1;
+            rstrip[i] = type == TokenType::Control || type == TokenType::UserDefined || type == TokenType::Unknown;
         }
         if (const int32_t id = find_text("</s>"); id >= 0) rstrip[static_cast<size_t>(id)] = 1;
         for (const std::string_view keep : {"<unk>", "<s>", "<|endoftext|>"}) {

@@ -337,7 +337,9 @@ TEST_CASE("a byte-level vocabulary without merges or with an unknown pre-tokeniz
 // GGUF files written here: the loader's keys and messages.
 namespace {
 
-std::string write_vocab_gguf(const std::string& file, const std::vector<std::pair<std::string, specd::gguf::Value>>& kv) {
+using KeyValues = std::vector<std::pair<std::string, specd::gguf::Value>>;
+
+std::string write_vocab_gguf(const std::string& file, const KeyValues& kv) {
     const std::string path = (fs::temp_directory_path() / file).string();
     specd::gguf::Writer w;
     for (const auto& [key, value] : kv) w.set(key, value);
@@ -529,9 +531,8 @@ TEST_CASE("tokenizing 1 MB of mixed text: tokens per second", "[tokenizer_bpe][s
     const std::string unit = text;
     while (text.size() < (1u << 20)) text += unit;
     text.resize(1u << 20);
-    while ((static_cast<unsigned char>(text.back()) & 0xC0) == 0x80 || static_cast<unsigned char>(text.back()) >= 0xC0) {
-        text.pop_back();  // end on a whole character
-    }
+    // End on a whole character.
+    while (static_cast<unsigned char>(text.back()) >= 0x80) text.pop_back();
     for (const char* name : {"llama-bpe", "qwen2", "gpt-2"}) {
         const Tokenizer tok = load(name);
         tok.encode(text.substr(0, 4096), false);  // warm up (JIT, thread-local buffers)

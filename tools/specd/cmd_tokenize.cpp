@@ -58,7 +58,9 @@ void run_tokenize(const TokenizeOptions& o) {
     if (o.prompts.empty() && o.file.empty()) throw Error("tokenize: give the text with -p/--prompt or -f/--file");
     const gguf::File file = gguf::File::open(o.model);
     const Tokenizer tok = Tokenizer::from_gguf(file);
-    for (const std::string& warning : tok.vocab().warnings) std::fprintf(stderr, "specd: warning: %s\n", warning.c_str());
+    for (const std::string& warning : tok.vocab().warnings) {
+        std::fprintf(stderr, "specd: warning: %s\n", warning.c_str());
+    }
     std::vector<std::string> texts = o.prompts;
     if (!o.file.empty()) texts.push_back(read_text_file(o.file));
     for (const std::string& text : texts) {

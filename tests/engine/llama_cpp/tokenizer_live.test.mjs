@@ -1,6 +1,8 @@
 // specd's tokenizer against llama.cpp's, live (node-llama-cpp's prebuilt
 // CPU build loads each vocabulary-only GGUF with vocabOnly):
 //   - chat turns with special tokens (parse_special) give the same ids;
+//   - every pre-tokenizer family (qwen2's vocabulary with each name) gives
+//     the same ids on the hard strings;
 //   - hard strings (contractions in all cases, digit runs, whitespace runs
 //     at every boundary, CJK, emoji and ZWJ sequences, combining marks,
 //     Khmer, RTL, control characters; not NUL, which no argument can hold,
@@ -111,6 +113,77 @@ for (const name of vocabs) {
     check(equalSpecial === chats.length,
           `${name}: ${equalSpecial}/${chats.length} chat turns with special tokens give llama.cpp's ids`);
     await model.dispose();
+}
+
+// Every pre-tokenizer family on one vocabulary: a copy of qwen2's file with
+// tokenizer.ggml.pre set to each name, so both sides run that family's
+// regexes on the hard strings.
+const GGUF_SCALAR_SIZE = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8};
+function withPreTokenizer(source, pre, target) {
+    const buf = readFileSync(source);
+    let pos = 24;  // magic, version, tensor count, key count
+    const nTensors = buf.readBigUInt64LE(8), nKv = Number(buf.readBigUInt64LE(16));
+    if (buf.toString("latin1", 0, 4) !== "GGUF" || nTensors !== 0n) throw new Error(`${source}: not a vocabulary-only GGUF`);
+    const readString = () => { const n = Number(buf.readBigUInt64LE(pos)); pos += 8 + n; return buf.toString("utf8", pos - n, pos); };
+    const skipValue = (type) => {
+        if (type === 8) { readString(); return; }
+        if (type === 9) {
+            const elementType = buf.readUInt32LE(pos), n = Number(buf.readBigUInt64LE(pos + 4));
+            pos += 12;
+            for (let i = 0; i < n; ++i) skipValue(elementType);
+            return;
+        }
+        pos += GGUF_SCALAR_SIZE[type];
+    };
+    const kept = [];
+    for (let i = 0; i < nKv; ++i) {
+        const start = pos;
+        const key = readString();
+        skipValue((pos += 4, buf.readUInt32LE(pos - 4)));
+        if (key !== "tokenizer.ggml.pre") kept.push(buf.subarray(start, pos));
+    }
+    const str = (s) => { const b = Buffer.from(s, "utf8"); const n = Buffer.alloc(8); n.writeBigUInt64LE(BigInt(b.length)); return Buffer.concat([n, b]); };
+    const type = Buffer.alloc(4);
+    type.writeUInt32LE(8);
+    kept.push(Buffer.concat([str("tokenizer.ggml.pre"), type, str(pre)]));
+    const header = Buffer.from(buf.subarray(0, 24));
+    header.writeBigUInt64LE(BigInt(kept.length), 16);
+    let out = Buffer.concat([header, ...kept]);
+    out = Buffer.concat([out, Buffer.alloc((32 - out.length % 32) % 32)]);
+    writeFileSync(target, out);
+}
+const families = ["default", "llama3", "dbrx", "jais-2", "deepseek-llm", "deepseek-v3", "deepseek-coder", "falcon",
+                  "starcoder", "gpt-2", "qwen2", "qwen35", "bloom", "glm4", "viking", "tekken", "gpt-4o",
+                  "bailingmoe", "seed-coder", "ufakzeka", "grok-2", "minicpm5", "laguna"];
+{
+    const scratchPre = mkdtempSync(join(tmpdir(), "specd-pre-"));
+    try {
+        for (const pre of families) {
+            const path = join(scratchPre, `qwen2-as-${pre}.gguf`);
+            withPreTokenizer(join(dir, "ggml-vocab-qwen2.gguf"), pre, path);
+            let model;
+            try {
+                model = await llama.loadModel({modelPath: path, vocabOnly: true});
+            } catch (e) {
+                console.log(`NOTE: llama.cpp of this node-llama-cpp does not know pre-tokenizer ${pre}; not compared`);
+                continue;
+            }
+            const ours = specdIds(path, hard);
+            let equal = 0;
+            hard.forEach((text, i) => {
+                const theirs = Array.from(model.tokenize(text, false));
+                if (same(ours[i], theirs)) {
+                    ++equal;
+                } else {
+                    check(false, `pre-tokenizer ${pre}: ${JSON.stringify(text.slice(0, 60))}: specd ${JSON.stringify(ours[i])} llama.cpp ${JSON.stringify(theirs)}`);
+                }
+            });
+            check(equal === hard.length, `pre-tokenizer ${pre} (qwen2's vocabulary): ${equal}/${hard.length} hard strings give llama.cpp's ids`);
+            await model.dispose();
+        }
+    } finally {
+        rmSync(scratchPre, {recursive: true, force: true});
+    }
 }
 
 // 1 MiB of mixed text, the same the Catch2 speed test builds.
