@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <climits>
+#include <deque>
 #include <string>
 #include <unordered_map>
 
@@ -87,24 +88,25 @@ Merger::Merger(const std::vector<std::string>& tokens, const std::vector<std::st
     if (tokens.size() > static_cast<size_t>(INT32_MAX / 2)) throw Error("tokenizer: too many tokens for BPE");
     n_vocab_ = static_cast<int32_t>(tokens.size());
 
-    // Merge results that are no token get ids above the vocabulary.
-    std::vector<std::string> synthetic_texts;
-    std::unordered_map<std::string, int32_t> synthetic_ids;
-    const auto symbol_of = [&](const std::string& text, bool create) -> int32_t {
+    // Merge results that are no token get ids above the vocabulary; their
+    // texts live in a deque, whose elements never move, so the map can view them.
+    std::deque<std::string> synthetic_texts;
+    std::unordered_map<std::string_view, int32_t> synthetic_ids;
+    const auto symbol_of = [&](std::string_view text, bool create) -> int32_t {
         const int32_t id = find_token(text);
         if (id >= 0) return id;
         if (const auto it = synthetic_ids.find(text); it != synthetic_ids.end()) return it->second;
         if (!create) return -1;
         const auto symbol = static_cast<int32_t>(n_vocab_ + synthetic_texts.size());
-        synthetic_texts.push_back(text);
-        synthetic_ids.emplace(text, symbol);
+        synthetic_texts.emplace_back(text);
+        synthetic_ids.emplace(synthetic_texts.back(), symbol);
         return symbol;
     };
 
     if (alphabet_ == Alphabet::Bytes) {
         byte_symbol_.resize(256);
         for (int b = 0; b < 256; ++b) {
-            byte_symbol_[static_cast<size_t>(b)] = symbol_of(std::string(byte_to_text(static_cast<uint8_t>(b))), true);
+            byte_symbol_[static_cast<size_t>(b)] = symbol_of(byte_to_text(static_cast<uint8_t>(b)), true);
         }
     } else {
         static const char* hex = "0123456789ABCDEF";
@@ -124,33 +126,43 @@ Merger::Merger(const std::vector<std::string>& tokens, const std::vector<std::st
     // "left right", split at the first space after the first character
     // (llama.cpp: word.find(' ', 1)); a merge without one can never apply.
     struct Pair {
-        std::string left, right;
+        std::string_view left, right;  // views into `merges`
+        int32_t result = -1;           // the symbol of left + right
     };
     std::vector<Pair> pairs(merges.size());
     for (size_t i = 0; i < merges.size(); ++i) {
-        const std::string& m = merges[i];
+        const std::string_view m = merges[i];
         const size_t space = m.find(' ', 1);
-        if (space == std::string::npos) continue;
-        pairs[i] = {m.substr(0, space), m.substr(space + 1)};
+        if (space == std::string_view::npos) continue;
+        pairs[i].left = m.substr(0, space);
+        pairs[i].right = m.substr(space + 1);
     }
     // Every result first: a merge may use the result of a later one.
-    for (const Pair& p : pairs) {
-        if (!p.left.empty() && !p.right.empty()) symbol_of(p.left + p.right, true);
+    std::string joined;
+    for (Pair& p : pairs) {
+        if (p.left.empty() || p.right.empty()) continue;
+        joined.assign(p.left).append(p.right);
+        p.result = symbol_of(joined, true);
     }
 
+    if (merges.size() > static_cast<size_t>(INT32_MAX / 2)) throw Error("tokenizer: too many merges");
     size_t capacity = 16;
-    while (capacity < merges.size() * 2) capacity *= 2;
+    int log2_capacity = 4;
+    while (capacity < merges.size() * 2) {
+        capacity *= 2;
+        ++log2_capacity;
+    }
     table_.assign(capacity, Entry{kEmpty, 0, 0});
     mask_ = capacity - 1;
-    if (merges.size() > static_cast<size_t>(INT32_MAX)) throw Error("tokenizer: too many merges");
+    shift_ = 64 - log2_capacity;
     for (size_t i = 0; i < pairs.size(); ++i) {
         const Pair& p = pairs[i];
-        if (p.left.empty() || p.right.empty()) continue;
+        if (p.result < 0) continue;
         const int32_t left = symbol_of(p.left, false);
         const int32_t right = symbol_of(p.right, false);
         if (left < 0 || right < 0) continue;  // a side that no word can ever hold
         if (find(left, right)) continue;      // a duplicate: the first rank stays
-        insert(left, right, static_cast<int32_t>(i), symbol_of(p.left + p.right, false));
+        insert(left, right, static_cast<int32_t>(i), p.result);
         ++n_merges_;
     }
 
@@ -190,14 +202,15 @@ inline uint64_t pair_key(int32_t left, int32_t right) {
     return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
 }
 
-inline uint64_t slot_of(uint64_t key, uint64_t mask) { return (key * 0x9E3779B97F4A7C15ull >> 17) & mask; }
+// Fibonacci hashing: the top bits of the product depend on every bit of the key.
+inline uint64_t slot_of(uint64_t key, int shift) { return (key * 0x9E3779B97F4A7C15ull) >> shift; }
 
 }  // namespace
 
 const Merger::Entry* Merger::find(int32_t left, int32_t right) const {
     if (left < 0 || right < 0) return nullptr;  // a character that is no token (and -1, -1 would be kEmpty)
     const uint64_t key = pair_key(left, right);
-    for (uint64_t slot = slot_of(key, mask_);; slot = (slot + 1) & mask_) {
+    for (uint64_t slot = slot_of(key, shift_);; slot = (slot + 1) & mask_) {
         const Entry& e = table_[slot];
         if (e.key == key) return &e;
         if (e.key == kEmpty) return nullptr;
@@ -206,7 +219,7 @@ const Merger::Entry* Merger::find(int32_t left, int32_t right) const {
 
 void Merger::insert(int32_t left, int32_t right, int32_t rank, int32_t result) {
     const uint64_t key = pair_key(left, right);
-    uint64_t slot = slot_of(key, mask_);
+    uint64_t slot = slot_of(key, shift_);
     while (table_[slot].key != kEmpty) slot = (slot + 1) & mask_;
     table_[slot] = Entry{key, rank, result};
 }

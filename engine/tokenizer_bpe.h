@@ -74,6 +74,7 @@ private:
     int32_t n_merges_ = 0;
     std::vector<Entry> table_;                       // open addressing, power-of-two size, linear probing
     uint64_t mask_ = 0;
+    int shift_ = 60;                                 // 64 - log2(table size)
     std::vector<int32_t> byte_symbol_;               // (256) Bytes: the symbol of each byte's character
     std::unordered_map<std::string, int32_t> char_symbol_;  // Utf8: the tokens that are one character
     std::vector<int32_t> byte_token_;                // (256) Utf8: the "<0xXX>" token of each byte, -1 if none
