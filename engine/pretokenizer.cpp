@@ -238,13 +238,24 @@ struct PreTokenizer::Impl {
 #endif
 };
 
-PreTokenizer::PreTokenizer(std::string_view name) {
+namespace {
+
+const Family& require_family(std::string_view name) {
     const Family* family = find_family(name);
     if (!family) {
         std::string known;
-        for (const std::string& n : known_names()) known += (known.empty() ? "" : ", ") + n;
+        for (const std::string& n : PreTokenizer::known_names()) known += (known.empty() ? "" : ", ") + n;
         throw Error("unknown pre-tokenizer \"" + std::string(name) + "\" (tokenizer.ggml.pre); known: " + known);
     }
+    return *family;
+}
+
+}  // namespace
+
+PreTokenizerTraits PreTokenizer::traits_of(std::string_view name) { return require_family(name).traits; }
+
+PreTokenizer::PreTokenizer(std::string_view name) {
+    const Family* family = &require_family(name);
     auto impl = std::make_shared<Impl>();
     impl->traits = family->traits;
     impl->regexes = family->regexes;

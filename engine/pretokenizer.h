@@ -52,6 +52,9 @@ public:
 
     // Every name PreTokenizer accepts, aliases included, sorted.
     static std::vector<std::string> known_names();
+    // The traits of a name without compiling its regexes; an unknown name
+    // throws the constructor's error.
+    static PreTokenizerTraits traits_of(std::string_view name);
 
     struct Impl;
 

@@ -211,9 +211,9 @@ Tokenizer Tokenizer::from_gguf(const gguf::File& file) {
                                  "(tokens may differ from the model's own: consider converting the model again)");
         }
         try {
-            const PreTokenizer pre(v.pre);
-            if (pre.traits().add_bos_by_default) v.add_bos = true;
-            if (pre.traits().no_bos) v.bos_id = -1;
+            const PreTokenizerTraits traits = PreTokenizer::traits_of(v.pre);
+            if (traits.add_bos_by_default) v.add_bos = true;
+            if (traits.no_bos) v.bos_id = -1;
         } catch (const Error& e) {
             throw Error(path + ": " + e.what());
         }
