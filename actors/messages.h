@@ -38,6 +38,7 @@ struct generate_request {
     int32_t max_tokens = 128;             // new tokens at most (>= 1)
     SamplingParams sampling;              // llama.cpp's defaults
     bool stop_at_eos = true;
+    std::vector<std::string> stop;        // stop sequences: the text ends before the first one generated
     int8_t speculative = -1;              // -1: the runtime's default; 0 off; 1 on
     int32_t draft_max = -1;               // -1: the runtime's MAX_DRAFT_TOKENS
     int8_t adaptive = -1;                 // -1: the runtime's default; 0 fixed k; 1 adaptive
@@ -50,12 +51,13 @@ struct token_event {
     std::vector<int32_t> tokens;
     std::vector<uint8_t> from_draft;      // (tokens) 1: a drafted token the target accepted
     std::string text;                     // their UTF-8 text (a split character waits for its last byte)
+    std::vector<uint32_t> text_ends;      // (tokens) where token i's bytes of text end (SessionCore::Emitted)
 };
 
 // The end of a generation.
 struct done_event {
     std::string id;
-    std::string finish_reason;            // "stop" (EOS), "length", "context", "cancelled"
+    std::string finish_reason;            // "stop" (EOS or a stop sequence), "length", "context", "cancelled"
     int32_t prompt_tokens = 0;
     int32_t completion_tokens = 0;
     double ttft_ms = 0.0;                 // submit → first token event
@@ -185,11 +187,11 @@ typename Inspector::result_type inspect(Inspector& f, SamplingParams& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, generate_request& x) {
     return f(caf::meta::type_name("specd::generate_request"), x.id, x.model, x.prompt, x.prompt_tokens, x.parse_special, x.max_tokens, x.sampling,
-             x.stop_at_eos, x.speculative, x.draft_max, x.adaptive, x.timeout_ms);
+             x.stop_at_eos, x.stop, x.speculative, x.draft_max, x.adaptive, x.timeout_ms);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, token_event& x) {
-    return f(caf::meta::type_name("specd::token_event"), x.id, x.tokens, x.from_draft, x.text);
+    return f(caf::meta::type_name("specd::token_event"), x.id, x.tokens, x.from_draft, x.text, x.text_ends);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, done_event& x) {

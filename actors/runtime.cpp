@@ -34,6 +34,7 @@
 #include "engine/phase_rendezvous.h"
 #include "engine/session_core.h"
 #include "engine/thread_pool.h"
+#include "engine/utf8.h"
 
 namespace specd {
 
@@ -959,7 +960,7 @@ void session_flush(session_ptr self) {
     s.core->take_emitted(s.emitted);
     if (!s.emitted.tokens.empty() || !s.emitted.text.empty()) {
         if (s.t_first < 0) s.t_first = now_ms();
-        s.sink.token(token_event{s.id, s.emitted.tokens, s.emitted.from_draft, s.emitted.text});
+        s.sink.token(token_event{s.id, s.emitted.tokens, s.emitted.from_draft, s.emitted.text, s.emitted.text_ends});
     }
     if (!s.core->finished()) return;
     const SpecStats& st = s.core->stats();
@@ -974,6 +975,7 @@ void session_flush(session_ptr self) {
         case StopReason::Length: d.finish_reason = "length"; break;
         case StopReason::ContextFull: d.finish_reason = "context"; break;
         case StopReason::Cancelled: d.finish_reason = "cancelled"; break;
+        case StopReason::StopSequence: d.finish_reason = "stop"; break;  // as OpenAI: a stop string and EOS read alike
     }
     d.prompt_tokens = s.core->n_prompt();
     d.completion_tokens = static_cast<int32_t>(s.core->output().size());
@@ -1293,7 +1295,7 @@ void session_start(session_ptr self, generate_request& req) {
     const RuntimeShared& rt = *s.rt;
     if (rt.draining) return session_fail(self, "draining", "the server is shutting down; retry on another instance");
     if (!req.model.empty() && req.model != rt.config.effective_model_name())
-        return session_fail(self, "unknown_model", "unknown model \"" + req.model + "\"; this server has \"" +
+        return session_fail(self, "unknown_model", "unknown model \"" + utf8_excerpt(req.model, 100) + "\"; this server has \"" +
                                                        rt.config.effective_model_name() + "\"");
     std::vector<int32_t> prompt = req.prompt_tokens;
     const Tokenizer& tok = rt.target->tokenizer();
@@ -1315,6 +1317,7 @@ void session_start(session_ptr self, generate_request& req) {
     gp.max_tokens = req.max_tokens;
     gp.sampling = req.sampling;
     gp.stop_at_eos = req.stop_at_eos;
+    gp.stop = req.stop;
     SpeculativeParams sp;
     sp.draft_max = req.draft_max >= 0 ? req.draft_max : rt.spec_draft_max.load();
     sp.adaptive = req.adaptive >= 0 ? req.adaptive != 0 : rt.spec_adaptive.load();

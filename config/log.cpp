@@ -7,6 +7,9 @@
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include "config/json_text.h"
+#include "engine/utf8.h"
+
 namespace specd::log {
 
 namespace {
@@ -69,31 +72,31 @@ void set_level(const std::string& level) { logger().set_level(parse_level(level)
 bool enabled(Level level) { return logger().should_log(to_spdlog(level)); }
 
 std::string render_text(std::string_view message, const nlohmann::json& fields) {
-    std::string line(message);
+    std::string line = valid_utf8(message);
     if (!fields.is_object()) return line;
     for (auto it = fields.begin(); it != fields.end(); ++it) {
         line += ' ';
-        line += it.key();
+        line += valid_utf8(it.key());
         line += '=';
         if (it.value().is_string()) {
-            const std::string& s = it.value().get_ref<const std::string&>();
-            line += needs_quotes(s) ? it.value().dump() : s;
+            const std::string s = valid_utf8(it.value().get_ref<const std::string&>());
+            line += needs_quotes(s) ? dump_json(s) : s;
         } else {
-            line += it.value().dump();
+            line += dump_json(it.value());
         }
     }
     return line;
 }
 
 std::string render_json_members(std::string_view message, const nlohmann::json& fields) {
-    std::string members = "\"msg\":" + nlohmann::json(std::string(message)).dump();
+    std::string members = "\"msg\":" + dump_json(std::string(message));
     if (!fields.is_object()) return members;
     for (auto it = fields.begin(); it != fields.end(); ++it) {
         // Appended piece by piece: "," + string trips GCC 12's -Wrestrict false positive.
         members += ',';
-        members += nlohmann::json(it.key()).dump();
+        members += dump_json(it.key());
         members += ':';
-        members += it.value().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+        members += dump_json(it.value());
     }
     return members;
 }

@@ -14,7 +14,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "config/json_text.h"
 #include "engine/error.h"
+#include "engine/utf8.h"
 
 namespace specd {
 
@@ -254,7 +256,7 @@ void store_text(RuntimeConfig& c, const Entry& e, const std::string& text, const
     switch (f.kind) {
         case Kind::boolean: {
             const std::string s = lower(text);
-            bool v;
+            bool v = false;
             if (s == "true" || s == "1" || s == "yes" || s == "on") v = true;
             else if (s == "false" || s == "0" || s == "no" || s == "off") v = false;
             else fail();
@@ -425,9 +427,9 @@ std::string RuntimeConfig::effective_model_name() const {
 void ConfigLoader::load_json(const std::string& text, const std::string& source) {
     nlohmann::json j;
     try {
-        j = nlohmann::json::parse(text);
-    } catch (const nlohmann::json::exception& e) {
-        throw Error("config: " + source + ": malformed JSON: " + e.what());
+        j = parse_json_text(text);
+    } catch (const JsonTextError& e) {
+        throw Error("config: " + valid_utf8(source) + ": " + e.what());
     }
     if (!j.is_object()) throw Error("config: " + source + ": must be a JSON object of keys (see `specd config`)");
     for (auto it = j.begin(); it != j.end(); ++it) {
@@ -450,7 +452,7 @@ void ConfigLoader::load_json(const std::string& text, const std::string& source)
             text = v.dump();
             typed_ok = true;
         }
-        if (!typed_ok) bad_value(f, v.dump(), source, "must be " + allowed(f));
+        if (!typed_ok) bad_value(f, utf8_excerpt(dump_json(v), 80), source, "must be " + allowed(f));
         store_text(config_, *e, text, source);
         sources_[f.key] = source;
     }

@@ -21,16 +21,43 @@ void rms_norm(const float* x, const float* weight, float* out, int64_t n, float 
     for (int64_t i = 0; i < n; ++i) out[i] = x[i] * scale * weight[i];
 }
 
-// Rotates adjacent pairs (2i, 2i+1), i < rope_dim/2, of each head in place.
-void apply_rope(float* vec, int32_t n_heads, int32_t head_dim, int32_t rope_half, const float* cos_row,
-                const float* sin_row) {
+// Rotates pair i < rope_half of each head in place: elements (2i, 2i+1)
+// (Adjacent) or (i, i + rope_half) (Neox).
+void apply_rope(RopePairing pairing, float* vec, int32_t n_heads, int32_t head_dim, int32_t rope_half,
+                const float* cos_row, const float* sin_row) {
     for (int32_t h = 0; h < n_heads; ++h) {
         float* v = vec + static_cast<size_t>(h) * head_dim;
-        for (int32_t i = 0; i < rope_half; ++i) {
-            const float x0 = v[2 * i], x1 = v[2 * i + 1];
-            v[2 * i] = x0 * cos_row[i] - x1 * sin_row[i];
-            v[2 * i + 1] = x0 * sin_row[i] + x1 * cos_row[i];
+        if (pairing == RopePairing::Neox) {
+            float* w = v + rope_half;
+            for (int32_t i = 0; i < rope_half; ++i) {
+                const float x0 = v[i], x1 = w[i];
+                v[i] = x0 * cos_row[i] - x1 * sin_row[i];
+                w[i] = x0 * sin_row[i] + x1 * cos_row[i];
+            }
+        } else {
+            for (int32_t i = 0; i < rope_half; ++i) {
+                const float x0 = v[2 * i], x1 = v[2 * i + 1];
+                v[2 * i] = x0 * cos_row[i] - x1 * sin_row[i];
+                v[2 * i + 1] = x0 * sin_row[i] + x1 * cos_row[i];
+            }
         }
+    }
+}
+
+// g[i] = gelu(g[i]) * u[i], GELU's tanh approximation (Gemma's GeGLU).
+void gelu_tanh_mul(float* g, const float* u, int64_t n) {
+    constexpr float kSqrt2OverPi = 0.7978845608f;
+    for (int64_t i = 0; i < n; ++i) {
+        const float x = g[i];
+        g[i] = 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * x * (1.0f + 0.044715f * x * x))) * u[i];
+    }
+}
+
+// RMSNorm of each head_dim slice of vec in place, one weight for all heads.
+void norm_heads(float* vec, int32_t n_heads, int32_t head_dim, const float* weight, float eps) {
+    for (int32_t h = 0; h < n_heads; ++h) {
+        float* v = vec + static_cast<size_t>(h) * head_dim;
+        rms_norm(v, weight, v, head_dim, eps);
     }
 }
 
@@ -61,14 +88,14 @@ ForwardPass::ForwardPass(const LlamaModel& model, ThreadPool& pool, ForwardOptio
     const size_t M = static_cast<size_t>(options_.max_batch_tokens);
     const size_t R = static_cast<size_t>(options_.max_logit_rows);
     const size_t dim = static_cast<size_t>(hp.dim), kv = static_cast<size_t>(hp.kv_dim());
-    const size_t ffn = static_cast<size_t>(hp.ffn_dim);
+    const size_t qd = static_cast<size_t>(hp.q_dim()), ffn = static_cast<size_t>(hp.ffn_dim);
     row_token_.resize(M);
     row_seq_.resize(M);
     row_pos_.resize(M);
     out_row_.resize(R);
     x_.resize(M * dim);
-    xb_.resize(M * dim);
-    qkv_.resize(M * (dim + 2 * kv));
+    xb_.resize(M * std::max(dim, qd));
+    qkv_.resize(M * (qd + 2 * kv));
     proj_.resize(M * dim);
     ffn_.resize(M * 2 * ffn);
     xout_.resize(R * dim);
@@ -78,19 +105,22 @@ ForwardPass::ForwardPass(const LlamaModel& model, ThreadPool& pool, ForwardOptio
     attention_groups_.reserve(M);
 
     const int32_t half = hp.rope_dim / 2;
-    rope_cos_.resize(static_cast<size_t>(n_ctx_max_) * half);
-    rope_sin_.resize(static_cast<size_t>(n_ctx_max_) * half);
-    for (int32_t p = 0; p < n_ctx_max_; ++p) {
-        for (int32_t i = 0; i < half; ++i) {
-            const double freq = std::pow(static_cast<double>(hp.rope_freq_base), -2.0 * i / hp.rope_dim);
-            const double theta = p * freq;
-            rope_cos_[static_cast<size_t>(p) * half + i] = static_cast<float>(std::cos(theta));
-            rope_sin_[static_cast<size_t>(p) * half + i] = static_cast<float>(std::sin(theta));
+    auto rope_table = [&](bool windowed, std::vector<float>& cos_out, std::vector<float>& sin_out) {
+        cos_out.resize(static_cast<size_t>(n_ctx_max_) * half);
+        sin_out.resize(static_cast<size_t>(n_ctx_max_) * half);
+        for (int32_t p = 0; p < n_ctx_max_; ++p) {
+            for (int32_t i = 0; i < half; ++i) {
+                const double theta = p * hp.rope_frequency(i, windowed);
+                cos_out[static_cast<size_t>(p) * half + i] = static_cast<float>(std::cos(theta) * hp.rope_attn_factor);
+                sin_out[static_cast<size_t>(p) * half + i] = static_cast<float>(std::sin(theta) * hp.rope_attn_factor);
+            }
         }
-    }
+    };
+    rope_table(false, rope_cos_, rope_sin_);
+    if (hp.sliding_window > 0) rope_table(true, rope_cos_swa_, rope_sin_swa_);
     const int rows = options_.max_batch_tokens;
     in_attn_.reserve(rows, hp.dim);
-    in_wo_.reserve(rows, hp.dim);
+    in_wo_.reserve(rows, hp.q_dim());
     in_ffn_.reserve(rows, hp.dim);
     in_down_.reserve(rows, hp.ffn_dim);
     in_cls_.reserve(options_.max_logit_rows, hp.dim);
@@ -215,7 +245,7 @@ int32_t ForwardPass::run(PagedKvCache& kv, std::span<const BatchItem> items) {
     observe_tokens();
 
     in_attn_.set_shape(model_.layers()[0].wq.type, m, hp.dim);
-    in_wo_.set_shape(model_.layers()[0].wo.type, m, hp.dim);
+    in_wo_.set_shape(model_.layers()[0].wo.type, m, hp.q_dim());
     in_ffn_.set_shape(model_.layers()[0].w_gate.type, m, hp.dim);
     in_down_.set_shape(model_.layers()[0].w_down.type, m, hp.ffn_dim);
     in_cls_.set_shape(model_.classifier().type, r, hp.dim);
@@ -230,14 +260,17 @@ int32_t ForwardPass::run(PagedKvCache& kv, std::span<const BatchItem> items) {
 
 void ForwardPass::run_layers(int ith, int nth, PagedKvCache& kv) {
     const LlamaHparams& hp = model_.hparams();
-    const int64_t dim = hp.dim, kvd = hp.kv_dim(), ffn = hp.ffn_dim, vocab = hp.n_vocab;
-    const int64_t qkv_ld = dim + 2 * kvd;
+    const int64_t dim = hp.dim, qd = hp.q_dim(), kvd = hp.kv_dim(), ffn = hp.ffn_dim, vocab = hp.n_vocab;
+    const int64_t qkv_ld = qd + 2 * kvd;
     const Range rows = split_range(n_rows_, ith, nth);
 
     // Embedding lookup.
     const WeightMatrix& embd = model_.token_embedding();
     for (int64_t t = rows.begin; t < rows.end; ++t) {
         dequantize_row_isa(isa_, embd.type, embd.row(row_token_[static_cast<size_t>(t)]), &x_[t * dim], dim);
+        if (hp.embedding_scale != 1.0f) {
+            for (int64_t i = 0; i < dim; ++i) x_[t * dim + i] *= hp.embedding_scale;
+        }
     }
 
     for (int32_t l = 0; l < hp.n_layers; ++l) {
@@ -247,26 +280,40 @@ void ForwardPass::run_layers(int ith, int nth, PagedKvCache& kv) {
         in_attn_.prepare_rows(isa_, xb_.data(), dim, static_cast<int>(rows.begin), static_cast<int>(rows.end));
         pool_.barrier();
 
-        // q | k | v projections, split over the concatenated output rows.
+        // q | k | v projections (plus their biases), split over the
+        // concatenated output rows.
         const Range qkv_range = split_range(qkv_ld, ith, nth, kMatmulRowAlign);
-        for_segments(qkv_range.begin, qkv_range.end, {dim, kvd, kvd}, [&](int seg, int64_t b, int64_t e) {
+        for_segments(qkv_range.begin, qkv_range.end, {qd, kvd, kvd}, [&](int seg, int64_t b, int64_t e) {
             const WeightMatrix& w = seg == 0 ? L.wq : seg == 1 ? L.wk : L.wv;
-            const int64_t col0 = seg == 0 ? 0 : seg == 1 ? dim : dim + kvd;
+            const std::vector<float>& bias = seg == 0 ? L.bq : seg == 1 ? L.bk : L.bv;
+            const int64_t col0 = seg == 0 ? 0 : seg == 1 ? qd : qd + kvd;
             matmul(isa_, w.type, w.data, in_attn_, &qkv_[col0], qkv_ld, b, e);
+            if (!bias.empty()) {
+                for (int64_t t = 0; t < n_rows_; ++t) {
+                    float* out = &qkv_[t * qkv_ld + col0];
+                    for (int64_t n = b; n < e; ++n) out[n] += bias[static_cast<size_t>(n)];
+                }
+            }
         });
         pool_.barrier();
 
-        // RoPE on q and k, then k and v into the cache, by rows.
+        // Q/K norms (Qwen3) and RoPE on q and k, then k and v into the
+        // cache, by rows.
         const int32_t half = hp.rope_dim / 2;
+        const RopePairing pairing = hp.family->rope_pairing;
         for (int64_t t = rows.begin; t < rows.end; ++t) {
             const int32_t pos = row_pos_[static_cast<size_t>(t)], seq = row_seq_[static_cast<size_t>(t)];
             float* q = &qkv_[t * qkv_ld];
-            float* k = q + dim;
+            float* k = q + qd;
             const float* v = k + kvd;
-            const float* c = &rope_cos_[static_cast<size_t>(pos) * half];
-            const float* s = &rope_sin_[static_cast<size_t>(pos) * half];
-            apply_rope(q, hp.n_heads, hp.head_dim, half, c, s);
-            apply_rope(k, hp.n_kv_heads, hp.head_dim, half, c, s);
+            if (!L.q_norm.empty()) {
+                norm_heads(q, hp.n_heads, hp.head_dim, L.q_norm.data(), hp.rms_eps);
+                norm_heads(k, hp.n_kv_heads, hp.head_dim, L.k_norm.data(), hp.rms_eps);
+            }
+            const float* c = &(L.windowed ? rope_cos_swa_ : rope_cos_)[static_cast<size_t>(pos) * half];
+            const float* s = &(L.windowed ? rope_sin_swa_ : rope_sin_)[static_cast<size_t>(pos) * half];
+            apply_rope(pairing, q, hp.n_heads, hp.head_dim, half, c, s);
+            apply_rope(pairing, k, hp.n_kv_heads, hp.head_dim, half, c, s);
             store_kv_row(isa_, kv.shape().type, k, kv.key(seq, l, pos), kvd);
             store_kv_row(isa_, kv.shape().type, v, kv.value(seq, l, pos), kvd);
         }
@@ -274,18 +321,22 @@ void ForwardPass::run_layers(int ith, int nth, PagedKvCache& kv) {
 
         attention(ith, nth, kv, l);  // writes xb_ rows
         pool_.barrier();
-        in_wo_.prepare_rows(isa_, xb_.data(), dim, static_cast<int>(rows.begin), static_cast<int>(rows.end));
+        in_wo_.prepare_rows(isa_, xb_.data(), qd, static_cast<int>(rows.begin), static_cast<int>(rows.end));
         pool_.barrier();
 
-        // Output projection and residual add, by output columns.
+        // Output projection and residual add, by output columns; with a
+        // post-norm (Gemma) the add waits for whole rows.
         const Range dim_range = split_range(dim, ith, nth, kMatmulRowAlign);
         if (dim_range.begin < dim_range.end) {
             matmul(isa_, L.wo.type, L.wo.data, in_wo_, proj_.data(), dim, dim_range.begin, dim_range.end);
-            for (int64_t t = 0; t < n_rows_; ++t) {
-                for (int64_t n = dim_range.begin; n < dim_range.end; ++n) x_[t * dim + n] += proj_[t * dim + n];
+            if (L.post_attn_norm.empty()) {
+                for (int64_t t = 0; t < n_rows_; ++t) {
+                    for (int64_t n = dim_range.begin; n < dim_range.end; ++n) x_[t * dim + n] += proj_[t * dim + n];
+                }
             }
         }
         pool_.barrier();
+        if (!L.post_attn_norm.empty()) add_normed_rows(L.post_attn_norm, rows);
 
         for (int64_t t = rows.begin; t < rows.end; ++t) rms_norm(&x_[t * dim], L.ffn_norm.data(), &xb_[t * dim], dim, hp.rms_eps);
         in_ffn_.prepare_rows(isa_, xb_.data(), dim, static_cast<int>(rows.begin), static_cast<int>(rows.end));
@@ -296,10 +347,15 @@ void ForwardPass::run_layers(int ith, int nth, PagedKvCache& kv) {
         if (ffn_range.begin < ffn_range.end) {
             matmul(isa_, L.w_gate.type, L.w_gate.data, in_ffn_, ffn_.data(), 2 * ffn, ffn_range.begin, ffn_range.end);
             matmul(isa_, L.w_up.type, L.w_up.data, in_ffn_, ffn_.data() + ffn, 2 * ffn, ffn_range.begin, ffn_range.end);
+            const bool gelu = hp.family->ffn_activation == FfnActivation::GeluTanh;
             for (int64_t t = 0; t < n_rows_; ++t) {
                 float* g = &ffn_[t * 2 * ffn];
                 const float* u = g + ffn;
-                silu_mul_f32(isa_, g + ffn_range.begin, u + ffn_range.begin, ffn_range.end - ffn_range.begin);
+                if (gelu) {
+                    gelu_tanh_mul(g + ffn_range.begin, u + ffn_range.begin, ffn_range.end - ffn_range.begin);
+                } else {
+                    silu_mul_f32(isa_, g + ffn_range.begin, u + ffn_range.begin, ffn_range.end - ffn_range.begin);
+                }
             }
         }
         pool_.barrier();
@@ -309,11 +365,17 @@ void ForwardPass::run_layers(int ith, int nth, PagedKvCache& kv) {
 
         if (dim_range.begin < dim_range.end) {
             matmul(isa_, L.w_down.type, L.w_down.data, in_down_, proj_.data(), dim, dim_range.begin, dim_range.end);
-            for (int64_t t = 0; t < n_rows_; ++t) {
-                for (int64_t n = dim_range.begin; n < dim_range.end; ++n) x_[t * dim + n] += proj_[t * dim + n];
+            if (L.post_ffn_norm.empty()) {
+                for (int64_t t = 0; t < n_rows_; ++t) {
+                    for (int64_t n = dim_range.begin; n < dim_range.end; ++n) x_[t * dim + n] += proj_[t * dim + n];
+                }
             }
         }
         pool_.barrier();
+        if (!L.post_ffn_norm.empty()) {
+            add_normed_rows(L.post_ffn_norm, rows);
+            pool_.barrier();  // the final norm below splits rows differently
+        }
     }
 
     // Final norm of the rows that need logits, then the classifier.
@@ -333,6 +395,11 @@ void ForwardPass::run_layers(int ith, int nth, PagedKvCache& kv) {
     const Range vocab_range = split_range(n_cols, ith, nth, kMatmulRowAlign);
     if (vocab_range.begin < vocab_range.end) {
         matmul(isa_, cls.type, cls_rows, in_cls_, out, n_cols, vocab_range.begin, vocab_range.end);
+        if (const float cap = hp.final_logit_softcap; cap > 0.0f) {
+            for (int64_t o = 0; o < n_out_; ++o) {
+                for (int64_t n = vocab_range.begin; n < vocab_range.end; ++n) out[o * n_cols + n] = cap * std::tanh(out[o * n_cols + n] / cap);
+            }
+        }
     }
     if (want_argmax_) {
         // As the sampler's greedy pick: NaN never compares greater and -inf
@@ -347,6 +414,17 @@ void ForwardPass::run_layers(int ith, int nth, PagedKvCache& kv) {
             }
             argmax_parts_[static_cast<size_t>(ith) * static_cast<size_t>(options_.max_logit_rows) + static_cast<size_t>(o)] = best;
         }
+    }
+}
+
+// x += rms_norm(proj) for this thread's rows (a post-norm, Gemma).
+void ForwardPass::add_normed_rows(const std::vector<float>& norm, Range rows) {
+    const LlamaHparams& hp = model_.hparams();
+    const int64_t dim = hp.dim;
+    for (int64_t t = rows.begin; t < rows.end; ++t) {
+        float* p = &proj_[t * dim];
+        rms_norm(p, norm.data(), p, dim, hp.rms_eps);
+        for (int64_t n = 0; n < dim; ++n) x_[t * dim + n] += p[n];
     }
 }
 
@@ -366,17 +444,24 @@ void prefetch_head_rows(const unsigned char* first, size_t row_bytes, int32_t ro
 
 }  // namespace
 
-// Causal attention over the sequences' cached keys and values, split over
+// Causal attention over the sequences' cached keys and values (the last
+// hparams.sliding_window positions in a windowed layer), split over
 // (row group, head) pairs so that a single decoding row still uses every thread
 // (grouped-query: n_heads / n_kv_heads query heads share one kv head).
-// Output rows go to xb_ (M, dim).
+// Output rows go to xb_ as (M, q_dim).
 void ForwardPass::attention(int ith, int nth, PagedKvCache& kv, int32_t layer) {
     const LlamaHparams& hp = model_.hparams();
-    const int64_t dim = hp.dim, kvd = hp.kv_dim(), qkv_ld = dim + 2 * kvd;
+    const int64_t qd = hp.q_dim(), kvd = hp.kv_dim(), qkv_ld = qd + 2 * kvd;
     const int32_t hd = hp.head_dim, group = hp.n_heads / hp.n_kv_heads, bs = kv.shape().block_size;
     const TensorType kv_type = kv.shape().type;
     const size_t kv_elem = kv.element_bytes();
-    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    const float scale = hp.score_scale();
+    // A windowed layer (Gemma) attends to the last `window` positions only,
+    // and reads no block before the first of them.
+    const int32_t window = model_.layers()[static_cast<size_t>(layer)].windowed ? hp.sliding_window : 0;
+    auto first_visible = [&](int32_t row) {
+        return window > 0 ? std::max(0, row_pos_[static_cast<size_t>(row)] + 1 - window) : 0;
+    };
     // (kAttentionGroupRows, n_ctx): row i of the group at scores + i * n_ctx.
     float* scores = &scores_[static_cast<size_t>(ith) * kAttentionGroupRows * static_cast<size_t>(n_ctx_max_)];
     const Range units = split_range(static_cast<int64_t>(attention_groups_.size()) * hp.n_heads, ith, nth);
@@ -389,15 +474,17 @@ void ForwardPass::attention(int ith, int nth, PagedKvCache& kv, int32_t layer) {
         const size_t kv_off = static_cast<size_t>(h / group) * hd * kv_elem;  // bytes to this head's columns
         auto row_scores = [&](int32_t i) { return scores + static_cast<size_t>(i) * static_cast<size_t>(n_ctx_max_); };
         auto n_pos = [&](int32_t i) { return row_pos_[static_cast<size_t>(g.first_row + i)] + 1; };
+        auto lo_pos = [&](int32_t i) { return first_visible(g.first_row + i); };  // row i sees [lo_pos, n_pos)
+        const int32_t first_block = lo_pos(0) / bs;  // row 0 has the group's lowest position
         // Block by block, every row of the group, so that a block's keys and
         // values come from memory once for all of them; each row sees exactly
         // the calls (and bits) it would alone. One kernel call per block and
         // row: a call per position cost more than a 48-wide product.
         const size_t row_bytes = static_cast<size_t>(kvd) * kv_elem, head_bytes = static_cast<size_t>(hd) * kv_elem;
         if (u == units.begin) {
-            prefetch_head_rows(static_cast<const unsigned char*>(kv.key_block(seq, layer, 0)) + kv_off, row_bytes, bs, head_bytes);
+            prefetch_head_rows(static_cast<const unsigned char*>(kv.key_block(seq, layer, first_block)) + kv_off, row_bytes, bs, head_bytes);
         }
-        for (int32_t b = 0; b < n_blocks; ++b) {
+        for (int32_t b = first_block; b < n_blocks; ++b) {
             const auto* kb = static_cast<const unsigned char*>(kv.key_block(seq, layer, b));  // (block_size, kv_dim) of kv_type
             // The next block's keys and this block's values, while this block's keys are used.
             if (b + 1 < n_blocks) {
@@ -406,33 +493,37 @@ void ForwardPass::attention(int ith, int nth, PagedKvCache& kv, int32_t layer) {
             }
             prefetch_head_rows(static_cast<const unsigned char*>(kv.value_block(seq, layer, b)) + kv_off, row_bytes, bs, head_bytes);
             for (int32_t i = 0; i < g.n_rows; ++i) {
-                const int32_t n = std::min(bs, n_pos(i) - b * bs);
+                const int32_t lo = std::max(lo_pos(i), b * bs), n = std::min(n_pos(i), (b + 1) * bs) - lo;
                 if (n <= 0) continue;
                 const float* q = &qkv_[static_cast<int64_t>(g.first_row + i) * qkv_ld + static_cast<int64_t>(h) * hd];
-                dot_rows(isa_, kv_type, q, kb + kv_off, kvd, n, hd, scale, row_scores(i) + b * bs);
+                dot_rows(isa_, kv_type, q, kb + static_cast<size_t>(lo - b * bs) * row_bytes + kv_off, kvd, n, hd, scale,
+                         row_scores(i) + lo);
             }
         }
         float inv[kAttentionGroupRows];
         for (int32_t i = 0; i < g.n_rows; ++i) {
-            float* sc = row_scores(i);
-            const float max_score = *std::max_element(sc, sc + n_pos(i));
-            inv[i] = 1.0f / exp_shift_sum_f32(isa_, sc, n_pos(i), max_score);
-            float* out = &xb_[static_cast<int64_t>(g.first_row + i) * dim + static_cast<int64_t>(h) * hd];
+            float* sc = row_scores(i) + lo_pos(i);
+            const int32_t n = n_pos(i) - lo_pos(i);
+            const float max_score = *std::max_element(sc, sc + n);
+            inv[i] = 1.0f / exp_shift_sum_f32(isa_, sc, n, max_score);
+            float* out = &xb_[static_cast<int64_t>(g.first_row + i) * qd + static_cast<int64_t>(h) * hd];
             std::fill(out, out + hd, 0.0f);
         }
         if (u + 1 < units.end) {  // the next unit's first keys, while this one's values are used
             const AttentionGroup& next = attention_groups_[static_cast<size_t>((u + 1) / hp.n_heads)];
             const size_t next_off = static_cast<size_t>(((u + 1) % hp.n_heads) / group) * head_bytes;
-            const auto* next_kb = static_cast<const unsigned char*>(kv.key_block(row_seq_[static_cast<size_t>(next.first_row)], layer, 0));
+            const auto* next_kb = static_cast<const unsigned char*>(
+                kv.key_block(row_seq_[static_cast<size_t>(next.first_row)], layer, first_visible(next.first_row) / bs));
             prefetch_head_rows(next_kb + next_off, row_bytes, bs, head_bytes);
         }
-        for (int32_t b = 0; b < n_blocks; ++b) {
+        for (int32_t b = first_block; b < n_blocks; ++b) {
             const auto* vb = static_cast<const unsigned char*>(kv.value_block(seq, layer, b));  // (block_size, kv_dim) of kv_type
             for (int32_t i = 0; i < g.n_rows; ++i) {
-                const int32_t n = std::min(bs, n_pos(i) - b * bs);
+                const int32_t lo = std::max(lo_pos(i), b * bs), n = std::min(n_pos(i), (b + 1) * bs) - lo;
                 if (n <= 0) continue;
-                float* out = &xb_[static_cast<int64_t>(g.first_row + i) * dim + static_cast<int64_t>(h) * hd];
-                weighted_rows(isa_, kv_type, row_scores(i) + b * bs, inv[i], vb + kv_off, kvd, n, hd, out);
+                float* out = &xb_[static_cast<int64_t>(g.first_row + i) * qd + static_cast<int64_t>(h) * hd];
+                weighted_rows(isa_, kv_type, row_scores(i) + lo, inv[i], vb + static_cast<size_t>(lo - b * bs) * row_bytes + kv_off,
+                              kvd, n, hd, out);
             }
         }
     }

@@ -48,6 +48,7 @@ private:
     int32_t run(PagedKvCache& kv, std::span<const BatchItem> items);
     void run_layers(int ith, int nth, PagedKvCache& kv);
     void attention(int ith, int nth, PagedKvCache& kv, int32_t layer);
+    void add_normed_rows(const std::vector<float>& norm, Range rows);
     // options_.draft_head_tokens: counts the batch's tokens and rebuilds the
     // draft head when the count passes next_head_rebuild_.
     void observe_tokens();
@@ -70,8 +71,8 @@ private:
 
     // Scratch, M = max_batch_tokens, R = max_logit_rows.
     std::vector<float> x_;       // (M, dim) residual stream
-    std::vector<float> xb_;      // (M, dim) normed input / attention output
-    std::vector<float> qkv_;     // (M, dim + 2*kv_dim) q | k | v
+    std::vector<float> xb_;      // (M, dim) normed input; (M, q_dim) attention output
+    std::vector<float> qkv_;     // (M, q_dim + 2*kv_dim) q | k | v
     std::vector<float> proj_;    // (M, dim) output of wo / w_down before the residual add
     std::vector<float> ffn_;     // (M, 2*ffn_dim) gate | up, then silu(gate)*up in the gate half
     std::vector<float> xout_;    // (R, dim) normed rows that need logits
@@ -94,6 +95,8 @@ private:
     std::vector<AttentionGroup> attention_groups_;  // (<= M)
     std::vector<float> rope_cos_;  // (n_ctx, rope_dim/2)
     std::vector<float> rope_sin_;  // (n_ctx, rope_dim/2)
+    std::vector<float> rope_cos_swa_;  // (n_ctx, rope_dim/2) windowed layers' (hparams sliding_window), else empty
+    std::vector<float> rope_sin_swa_;  // (n_ctx, rope_dim/2)
     PreparedInput in_attn_, in_wo_, in_ffn_, in_down_, in_cls_;
 
     // The draft head (options_.draft_head_tokens > 0), H = its row count.

@@ -11,6 +11,7 @@ const char* stop_reason_name(StopReason reason) {
         case StopReason::Length: return "length";
         case StopReason::ContextFull: return "context";
         case StopReason::Cancelled: return "cancelled";
+        case StopReason::StopSequence: return "stop_sequence";
     }
     return "unknown";
 }

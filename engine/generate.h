@@ -18,10 +18,12 @@ struct GenerationParams {
     int32_t max_tokens = 128;    // new tokens at most; generation also stops at EOS and at a full context
     SamplingParams sampling;     // llama.cpp's defaults (temperature 0.8, top-k 40, top-p 0.95, min-p 0.05)
     bool stop_at_eos = true;
+    std::vector<std::string> stop;  // stop sequences (SessionCore: engine/stop_matcher.h); empty: none
 };
 
-enum class StopReason { Eos, Length, ContextFull, Cancelled };
-const char* stop_reason_name(StopReason reason);  // "eos", "length", "context", "cancelled"
+enum class StopReason { Eos, Length, ContextFull, Cancelled, StopSequence };
+// "eos", "length", "context", "cancelled", "stop_sequence"
+const char* stop_reason_name(StopReason reason);
 
 struct GenerationResult {
     std::vector<int32_t> tokens;  // generated tokens (prompt excluded)

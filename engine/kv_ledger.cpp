@@ -54,9 +54,16 @@ Admission KvLedger::acquire(uint64_t request, KvDemand demand, std::string* why)
         return Admission::Granted;
     }
     if (static_cast<int32_t>(waiting_.size()) >= max_waiting_) {
-        if (why)
-            *why = "KV cache full: " + std::to_string(granted_.size()) + " requests running, " + std::to_string(waiting_.size()) +
-                   " waiting (the queue holds " + std::to_string(max_waiting_) + ")";
+        // Name the limit that holds the queue up: sequence slots (max_sessions)
+        // or KV blocks; the queue itself is then full too.
+        if (why) {
+            const bool slots = target_slots_free_ == 0 || (want.draft > 0 && draft_slots_free_ == 0);
+            *why = (slots ? "too many requests: " + std::to_string(granted_.size()) + " running (max_sessions " +
+                                std::to_string(target_.max_sequences) + ")"
+                          : "KV cache full: " + std::to_string(target_.n_blocks - target_free_) + " of " +
+                                std::to_string(target_.n_blocks) + " blocks held by " + std::to_string(granted_.size()) + " running requests") +
+                   " and " + std::to_string(waiting_.size()) + " waiting (queue_length " + std::to_string(max_waiting_) + ")";
+        }
         return Admission::Refused;
     }
     waiting_.emplace_back(request, want);

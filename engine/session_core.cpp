@@ -39,9 +39,15 @@ SessionCore::SessionCore(const Tokenizer& tokenizer, std::vector<int32_t> prompt
       controller_(spec_),
       rng_(Rng(params.sampling.seed).state()),
       draft_seed_(rng_.s[0] ^ (rng_.s[3] * 0x9E3779B97F4A7C15ull)),
-      decoder_(tokenizer, DecodeAt::Continuation) {
+      decoder_(tokenizer, DecodeAt::Continuation),
+      stop_matcher_(params.stop) {
     params_.sampling.validate();
     if (params_.max_tokens < 1) throw Error("max_tokens must be >= 1, got " + std::to_string(params_.max_tokens));
+    if (params_.stop.size() > kMaxStopSequences)
+        throw Error("at most " + std::to_string(kMaxStopSequences) + " stop sequences, got " + std::to_string(params_.stop.size()));
+    for (const std::string& s : params_.stop)
+        if (s.size() > kMaxStopSequenceBytes)
+            throw Error("a stop sequence is " + std::to_string(s.size()) + " bytes; at most " + std::to_string(kMaxStopSequenceBytes));
     check_prompt_fits(prompt_.size(), n_ctx_);
     history_.reserve(static_cast<size_t>(n_ctx_) + 1);
     history_.assign(prompt_.begin(), prompt_.end());
@@ -77,7 +83,16 @@ void SessionCore::emit(int32_t token, bool drafted) {
     output_.push_back(token);
     pending_emit_.tokens.push_back(token);
     pending_emit_.from_draft.push_back(drafted ? 1 : 0);
-    decoder_.push(token, pending_emit_.text);
+    if (stop_matcher_.active()) {
+        decoded_.clear();
+        decoder_.push(token, decoded_);
+        const bool matched = stop_matcher_.feed(decoded_, pending_emit_.text);
+        pending_emit_.text_ends.push_back(static_cast<uint32_t>(pending_emit_.text.size()));
+        if (matched) return stop(StopReason::StopSequence);
+    } else {
+        decoder_.push(token, pending_emit_.text);
+        pending_emit_.text_ends.push_back(static_cast<uint32_t>(pending_emit_.text.size()));
+    }
     if (static_cast<int32_t>(output_.size()) >= params_.max_tokens) stop(StopReason::Length);
 }
 
@@ -209,10 +224,21 @@ void SessionCore::take_emitted(Emitted& out) {
     out.tokens.swap(pending_emit_.tokens);
     out.from_draft.swap(pending_emit_.from_draft);
     out.text.swap(pending_emit_.text);
+    out.text_ends.swap(pending_emit_.text_ends);
     pending_emit_.tokens.clear();
     pending_emit_.from_draft.clear();
     pending_emit_.text.clear();
-    if (finished_) decoder_.flush(out.text);
+    pending_emit_.text_ends.clear();
+    if (!finished_) return;
+    // The final flush (a held-back tail) belongs to the last token.
+    if (!stop_matcher_.active()) {
+        decoder_.flush(out.text);
+    } else {
+        decoded_.clear();
+        decoder_.flush(decoded_);
+        if (!stop_matcher_.feed(decoded_, out.text)) stop_matcher_.flush(out.text);
+    }
+    if (!out.text_ends.empty()) out.text_ends.back() = static_cast<uint32_t>(out.text.size());
 }
 
 }  // namespace specd

@@ -19,6 +19,7 @@
 #include "engine/batch_verifier.h"
 #include "engine/generate.h"
 #include "engine/speculative.h"
+#include "engine/stop_matcher.h"
 #include "engine/tokenizer.h"
 
 namespace specd {
@@ -100,12 +101,20 @@ public:
     StopReason stop_reason() const { return stop_; }
 
     // Tokens emitted since the last take (text decoded as a continuation
-    // of the prompt; a split UTF-8 character waits for its last byte; the
-    // final take after finishing flushes).
+    // of the prompt; a split UTF-8 character waits for its last byte, and
+    // text that may still begin a stop sequence waits until it cannot; the
+    // final take after finishing flushes). A stop sequence ends the
+    // generation (StopReason::StopSequence) and the text before it: the
+    // tokens that formed it are in `tokens`, their text is not.
     struct Emitted {
         std::vector<int32_t> tokens;
         std::vector<uint8_t> from_draft;  // (tokens) 1 where the token was an accepted draft token
         std::string text;
+        // (tokens) byte offset in text where token i's text ends: token i
+        // wrote text[text_ends[i-1], text_ends[i]) (the token completing a
+        // split character carries all its bytes; the final flush goes to
+        // the last token), so a client can mark each token's own text.
+        std::vector<uint32_t> text_ends;
     };
     void take_emitted(Emitted& out);
 
@@ -149,6 +158,8 @@ private:
     bool finished_ = false;
     StopReason stop_ = StopReason::Length;
     Tokenizer::StreamDecoder decoder_;
+    StopMatcher stop_matcher_;       // params_.stop
+    std::string decoded_;            // one token's decoded text on its way through stop_matcher_ (reused)
     Emitted pending_emit_;
 };
 

@@ -16,7 +16,6 @@ namespace specd {
 namespace {
 
 constexpr std::string_view kSpaceMark = "\xE2\x96\x81";   // "▁" U+2581, SentencePiece's space
-constexpr std::string_view kReplacement = "\xEF\xBF\xBD";  // U+FFFD
 
 std::string quoted(std::string_view text) {
     std::string q = "'";
@@ -534,10 +533,7 @@ Tokenizer::StreamDecoder::StreamDecoder(const Tokenizer& tokenizer, DecodeAt at)
 void Tokenizer::StreamDecoder::reset() {
     first_token_ = true;
     strip_space_ = at_ == DecodeAt::Start && tokenizer_->add_space_prefix();
-    n_pending_ = 0;
-    n_needed_ = 0;
-    lower_ = 0x80;
-    upper_ = 0xBF;
+    utf8_.reset();
 }
 
 std::string Tokenizer::StreamDecoder::push(int32_t id) {
@@ -557,7 +553,7 @@ void Tokenizer::StreamDecoder::push(int32_t id, std::string& out) {
         strip_space_ = false;
         if (!piece.empty() && piece.front() == ' ') piece.remove_prefix(1);
     }
-    feed(piece, out);
+    utf8_.feed(piece, out);
 }
 
 std::string Tokenizer::StreamDecoder::flush() {
@@ -566,63 +562,6 @@ std::string Tokenizer::StreamDecoder::flush() {
     return out;
 }
 
-void Tokenizer::StreamDecoder::flush(std::string& out) { finish(out); }
-
-// UTF-8 validation as the WHATWG decoder: each maximal invalid subsequence
-// becomes one U+FFFD; a valid character is passed through once complete.
-void Tokenizer::StreamDecoder::feed(std::string_view bytes, std::string& out) {
-    for (size_t i = 0; i < bytes.size();) {
-        const auto b = static_cast<uint8_t>(bytes[i]);
-        if (n_needed_ == 0) {
-            ++i;
-            if (b <= 0x7F) {
-                out += static_cast<char>(b);
-                continue;
-            }
-            if (b >= 0xC2 && b <= 0xDF) {
-                n_needed_ = 1;
-            } else if (b >= 0xE0 && b <= 0xEF) {
-                if (b == 0xE0) lower_ = 0xA0;  // no overlong forms
-                if (b == 0xED) upper_ = 0x9F;  // no surrogates
-                n_needed_ = 2;
-            } else if (b >= 0xF0 && b <= 0xF4) {
-                if (b == 0xF0) lower_ = 0x90;
-                if (b == 0xF4) upper_ = 0x8F;  // nothing above U+10FFFF
-                n_needed_ = 3;
-            } else {
-                out += kReplacement;
-                continue;
-            }
-            pending_[0] = b;
-            n_pending_ = 1;
-            continue;
-        }
-        if (b < lower_ || b > upper_) {
-            // The character broke off: replace what we have, and read b afresh.
-            out += kReplacement;
-            n_pending_ = 0;
-            n_needed_ = 0;
-            lower_ = 0x80;
-            upper_ = 0xBF;
-            continue;
-        }
-        ++i;
-        lower_ = 0x80;
-        upper_ = 0xBF;
-        pending_[n_pending_++] = b;
-        if (--n_needed_ == 0) {
-            out.append(reinterpret_cast<const char*>(pending_), static_cast<size_t>(n_pending_));
-            n_pending_ = 0;
-        }
-    }
-}
-
-void Tokenizer::StreamDecoder::finish(std::string& out) {
-    if (n_needed_ > 0) out += kReplacement;
-    n_pending_ = 0;
-    n_needed_ = 0;
-    lower_ = 0x80;
-    upper_ = 0xBF;
-}
+void Tokenizer::StreamDecoder::flush(std::string& out) { utf8_.finish(out); }
 
 }  // namespace specd

@@ -28,6 +28,8 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/utf8.h"
+
 namespace specd {
 
 namespace gguf {
@@ -161,13 +163,8 @@ public:
         DecodeAt at_;
         bool first_token_ = true;     // nothing pushed yet (a BOS here is skipped)
         bool strip_space_ = false;    // the next piece loses one leading space
-        uint8_t pending_[4] = {};     // bytes of an incomplete UTF-8 character
-        int32_t n_pending_ = 0;
-        int32_t n_needed_ = 0;        // continuation bytes still expected
-        uint8_t lower_ = 0x80, upper_ = 0xBF;  // allowed range of the next continuation byte
+        Utf8Repair utf8_;             // holds an incomplete UTF-8 character back
         friend class Tokenizer;
-        void feed(std::string_view bytes, std::string& out);
-        void finish(std::string& out);
     };
 
     struct Impl;

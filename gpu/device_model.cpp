@@ -1,7 +1,9 @@
 #include "gpu/device_model.h"
 
 #include <cmath>
+#include <string>
 
+#include "engine/error.h"
 #include "gpu/kernels.h"
 
 namespace specd::gpu {
@@ -52,6 +54,12 @@ DeviceBuffer ones(int64_t n, cudaStream_t stream) {
 }  // namespace
 
 std::shared_ptr<DeviceModel> DeviceModel::upload(const LlamaModel& model, int device, HalfType type) {
+    // The kernels run Llama 2's graph; RoPE frequencies (base, scaling,
+    // factors, attention factor) come in through the tables.
+    if (const std::string missing = model.graph_beyond_llama2(); !missing.empty()) {
+        throw Error(model.path() + ": the CUDA backend does not run " + std::string(model.family().arch) + " models yet (" +
+                    missing + "); run it with --device cpu");
+    }
     DeviceGuard guard(device);
     const LlamaHparams& hp = model.hparams();
     std::shared_ptr<DeviceModel> dm(new DeviceModel(hp, device, type));

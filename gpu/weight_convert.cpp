@@ -44,10 +44,9 @@ void rope_tables(const LlamaHparams& hp, int32_t n_ctx, std::vector<float>& cos_
     sin_out.assign(static_cast<size_t>(n_ctx) * half, 0.0f);
     for (int32_t p = 0; p < n_ctx; ++p) {
         for (int32_t i = 0; i < half; ++i) {
-            const double freq = std::pow(static_cast<double>(hp.rope_freq_base), -2.0 * i / hp.rope_dim);
-            const double theta = p * freq;
-            cos_out[static_cast<size_t>(p) * half + i] = static_cast<float>(std::cos(theta));
-            sin_out[static_cast<size_t>(p) * half + i] = static_cast<float>(std::sin(theta));
+            const double theta = p * hp.rope_frequency(i);
+            cos_out[static_cast<size_t>(p) * half + i] = static_cast<float>(std::cos(theta) * hp.rope_attn_factor);
+            sin_out[static_cast<size_t>(p) * half + i] = static_cast<float>(std::sin(theta) * hp.rope_attn_factor);
         }
     }
 }

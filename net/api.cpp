@@ -1,6 +1,11 @@
 #include "net/api.h"
 
+#include <algorithm>
 #include <cmath>
+
+#include "config/json_text.h"
+#include "engine/stop_matcher.h"
+#include "engine/utf8.h"
 
 namespace specd::net {
 
@@ -12,29 +17,43 @@ namespace {
     throw ApiError{status, code, message, param};
 }
 
-double number(const json& body, const char* key, double lo, double hi) {
-    const json& v = body.at(key);
-    if (!v.is_number()) bad(key, std::string(key) + " must be a number");
+// A value as echoed in an error: short, valid UTF-8.
+std::string shown(const json& v) { return utf8_excerpt(dump_json(v), 40); }
+
+// The parameter's value, or nullptr when it is absent or null: OpenAI reads
+// null for an optional parameter as "use the default".
+const json* given(const json& body, const char* key) {
+    const auto it = body.find(key);
+    return it == body.end() || it->is_null() ? nullptr : &*it;
+}
+
+double number(const json& v, const char* key, double lo, double hi) {
+    if (!v.is_number()) bad(key, std::string(key) + " must be a number, got " + shown(v));
     const double x = v.get<double>();
     if (!(x >= lo && x <= hi) || !std::isfinite(x))
-        bad(key, std::string(key) + " must be in [" + json(lo).dump() + ", " + json(hi).dump() + "], got " + v.dump());
+        bad(key, std::string(key) + " must be in [" + dump_json(lo) + ", " + dump_json(hi) + "], got " + shown(v));
     return x;
 }
 
 int64_t integer(const json& v, const char* key, int64_t lo, int64_t hi) {
-    if (!v.is_number_integer()) bad(key, std::string(key) + " must be an integer");
+    if (!v.is_number_integer()) bad(key, std::string(key) + " must be an integer, got " + shown(v));
     const int64_t x = v.is_number_unsigned() ? static_cast<int64_t>(std::min<uint64_t>(v.get<uint64_t>(), INT64_MAX)) : v.get<int64_t>();
-    if (x < lo || x > hi) bad(key, std::string(key) + " must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " + v.dump());
+    if (x < lo || x > hi) bad(key, std::string(key) + " must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " + shown(v));
     return x;
+}
+
+bool boolean(const json& v, const char* key) {
+    if (!v.is_boolean()) bad(key, std::string(key) + " must be true or false, got " + shown(v));
+    return v.get<bool>();
 }
 
 }  // namespace
 
-json parse_json(const std::string& text) {
+json parse_json(std::string_view text) {
     try {
-        return json::parse(text);
-    } catch (const json::parse_error& e) {
-        throw ApiError{400, "invalid_json", std::string("malformed JSON: ") + e.what(), ""};
+        return parse_json_text(text);
+    } catch (const JsonTextError& e) {
+        throw ApiError{400, "invalid_json", e.what(), ""};
     }
 }
 
@@ -44,16 +63,16 @@ ParsedRequest parse_generation(const json& body, ApiKind kind, const RequestLimi
     ParsedRequest out;
     generate_request& r = out.request;
     r.max_tokens = limits.default_max_tokens;
-    const bool has_prompt = body.contains("prompt");
-    const bool has_messages = body.contains("messages");
-    if (kind == ApiKind::Completion && !has_prompt) bad("prompt", "prompt is required");
-    if (kind == ApiKind::Chat && !has_messages) bad("messages", "messages is required");
-    if (kind == ApiKind::WebSocket && has_prompt == has_messages) bad("prompt", "give exactly one of prompt and messages");
-    if (kind == ApiKind::Completion && has_messages) bad("messages", "messages belongs to /v1/chat/completions");
-    if (kind == ApiKind::Chat && has_prompt) bad("prompt", "prompt belongs to /v1/completions");
+    const json* prompt = given(body, "prompt");
+    const json* messages = given(body, "messages");
+    if (kind == ApiKind::Completion && !prompt) bad("prompt", "prompt is required");
+    if (kind == ApiKind::Chat && !messages) bad("messages", "messages is required");
+    if (kind == ApiKind::WebSocket && (prompt != nullptr) == (messages != nullptr)) bad("prompt", "give exactly one of prompt and messages");
+    if (kind == ApiKind::Completion && messages) bad("messages", "messages belongs to /v1/chat/completions");
+    if (kind == ApiKind::Chat && prompt) bad("prompt", "prompt belongs to /v1/completions");
 
-    if (has_prompt) {
-        const json& p = body["prompt"];
+    if (prompt) {
+        const json& p = *prompt;
         if (p.is_string()) {
             r.prompt = p.get<std::string>();
         } else if (p.is_array() && p.size() == 1 && p[0].is_string()) {
@@ -65,14 +84,14 @@ ParsedRequest parse_generation(const json& body, ApiKind kind, const RequestLimi
         }
         if (r.prompt.empty() && r.prompt_tokens.empty()) bad("prompt", "the prompt is empty");
     } else {
-        const json& m = body["messages"];
+        const json& m = *messages;
         if (!m.is_array() || m.empty()) bad("messages", "messages must be a non-empty array");
         for (const json& msg : m) {
             if (!msg.is_object() || !msg.contains("role") || !msg["role"].is_string())
                 bad("messages", "each message needs a string role");
             const std::string role = msg["role"].get<std::string>();
             if (role != "system" && role != "user" && role != "assistant")
-                bad("messages", "unknown role \"" + role + "\" (system, user, assistant)");
+                bad("messages", "unknown role \"" + utf8_excerpt(role, 40) + "\" (system, user, assistant)");
             if (!msg.contains("content") || !msg["content"].is_string()) bad("messages", "each message needs a string content");
             out.messages.emplace_back(role, msg["content"].get<std::string>());
         }
@@ -80,61 +99,73 @@ ParsedRequest parse_generation(const json& body, ApiKind kind, const RequestLimi
         try {
             r.prompt = render_chat(render_ctx, out.messages);
         } catch (const std::exception& e) {
-            bad("messages", e.what());
+            bad("messages", valid_utf8(e.what()));
         }
         r.parse_special = true;  // the template writes its special tokens as text
         if (r.prompt.empty()) bad("messages", "the rendered prompt is empty");
     }
 
-    if (body.contains("model")) {
-        if (!body["model"].is_string()) bad("model", "model must be a string");
-        r.model = body["model"].get<std::string>();
+    if (const json* v = given(body, "model")) {
+        if (!v->is_string()) bad("model", "model must be a string");
+        r.model = v->get<std::string>();
+        if (r.model.size() > kMaxModelNameBytes)
+            bad("model", "model is " + std::to_string(r.model.size()) + " bytes; names are at most " + std::to_string(kMaxModelNameBytes));
     }
     for (const char* key : {"max_tokens", "max_completion_tokens", "n_predict"}) {
-        if (body.contains(key) && !body[key].is_null()) r.max_tokens = static_cast<int32_t>(integer(body[key], key, 1, limits.max_tokens_limit));
+        if (const json* v = given(body, key)) r.max_tokens = static_cast<int32_t>(integer(*v, key, 1, limits.max_tokens_limit));
     }
-    if (body.contains("temperature")) r.sampling.temperature = static_cast<float>(number(body, "temperature", 0.0, 2.0));
-    if (body.contains("top_p")) r.sampling.top_p = static_cast<float>(number(body, "top_p", 0.0, 1.0));
-    if (body.contains("min_p")) r.sampling.min_p = static_cast<float>(number(body, "min_p", 0.0, 1.0));
-    if (body.contains("top_k")) r.sampling.top_k = static_cast<int32_t>(integer(body["top_k"], "top_k", 0, 1 << 20));
-    if (body.contains("repeat_penalty")) r.sampling.repeat_penalty = static_cast<float>(number(body, "repeat_penalty", 0.01, 10.0));
-    if (body.contains("seed") && !body["seed"].is_null()) r.sampling.seed = static_cast<uint64_t>(integer(body["seed"], "seed", 0, INT64_MAX));
-    if (body.contains("n") && !(body["n"].is_number_integer() && body["n"].get<int64_t>() == 1)) bad("n", "only n = 1 is supported");
-    if (body.contains("stop") && !body["stop"].is_null() && !(body["stop"].is_array() && body["stop"].empty()))
-        bad("stop", "stop sequences are not supported yet");
-    if (body.contains("stream")) {
-        if (!body["stream"].is_boolean()) bad("stream", "stream must be true or false");
-        out.stream = body["stream"].get<bool>();
+    if (const json* v = given(body, "temperature")) r.sampling.temperature = static_cast<float>(number(*v, "temperature", 0.0, 2.0));
+    if (const json* v = given(body, "top_p")) r.sampling.top_p = static_cast<float>(number(*v, "top_p", 0.0, 1.0));
+    if (const json* v = given(body, "min_p")) r.sampling.min_p = static_cast<float>(number(*v, "min_p", 0.0, 1.0));
+    if (const json* v = given(body, "top_k")) r.sampling.top_k = static_cast<int32_t>(integer(*v, "top_k", 0, 1 << 20));
+    if (const json* v = given(body, "repeat_penalty")) r.sampling.repeat_penalty = static_cast<float>(number(*v, "repeat_penalty", 0.01, 10.0));
+    if (const json* v = given(body, "seed")) r.sampling.seed = static_cast<uint64_t>(integer(*v, "seed", 0, INT64_MAX));
+    if (const json* v = given(body, "n"); v && !(v->is_number_integer() && v->get<int64_t>() == 1)) bad("n", "only n = 1 is supported");
+    if (const json* v = given(body, "stop")) {
+        // A string or an array of strings (OpenAI: up to 4; llama-server more).
+        const auto add = [&](const json& s) {
+            if (!s.is_string()) bad("stop", "stop must be a string or an array of strings, got " + shown(s));
+            const std::string& text = s.get_ref<const std::string&>();
+            if (text.empty()) bad("stop", "a stop sequence must not be empty");
+            if (text.size() > kMaxStopSequenceBytes)
+                bad("stop", "a stop sequence is at most " + std::to_string(kMaxStopSequenceBytes) + " bytes, got " + std::to_string(text.size()));
+            r.stop.push_back(text);
+        };
+        if (v->is_array()) {
+            if (v->size() > kMaxStopSequences)
+                bad("stop", "at most " + std::to_string(kMaxStopSequences) + " stop sequences, got " + std::to_string(v->size()));
+            for (const json& s : *v) add(s);
+        } else {
+            add(*v);
+        }
     }
-    if (body.contains("speculative")) {
-        const json& s = body["speculative"];
-        if (!s.is_object()) bad("speculative", "speculative must be an object");
-        if (s.contains("enabled")) {
-            if (!s["enabled"].is_boolean()) bad("speculative.enabled", "speculative.enabled must be true or false");
-            r.speculative = s["enabled"].get<bool>() ? 1 : 0;
-        }
-        if (s.contains("draft_max")) r.draft_max = static_cast<int32_t>(integer(s["draft_max"], "speculative.draft_max", 1, limits.max_draft_tokens));
-        if (s.contains("adaptive")) {
-            if (!s["adaptive"].is_boolean()) bad("speculative.adaptive", "speculative.adaptive must be true or false");
-            r.adaptive = s["adaptive"].get<bool>() ? 1 : 0;
-        }
+    if (const json* v = given(body, "stream")) out.stream = boolean(*v, "stream");
+    if (const json* s = given(body, "speculative")) {
+        if (!s->is_object()) bad("speculative", "speculative must be an object");
+        if (const json* v = given(*s, "enabled")) r.speculative = boolean(*v, "speculative.enabled") ? 1 : 0;
+        if (const json* v = given(*s, "draft_max")) r.draft_max = static_cast<int32_t>(integer(*v, "speculative.draft_max", 1, limits.max_draft_tokens));
+        if (const json* v = given(*s, "adaptive")) r.adaptive = boolean(*v, "speculative.adaptive") ? 1 : 0;
     }
     if (kind == ApiKind::WebSocket) {
-        if (!body.contains("id") || !body["id"].is_string() || body["id"].get<std::string>().empty())
-            bad("id", "id must be a non-empty string");
-        r.id = body["id"].get<std::string>();
+        const json* id = given(body, "id");
+        if (!id || !id->is_string() || id->get_ref<const std::string&>().empty()) bad("id", "id must be a non-empty string");
+        r.id = id->get<std::string>();
     }
     return out;
 }
 
 std::string error_body(const ApiError& e) {
-    const char* type = e.status >= 500 ? "server_error" : e.status == 401 ? "authentication_error" : "invalid_request_error";
+    const char* type = e.status == 429   ? "rate_limit_exceeded"
+                       : e.status >= 500 ? "server_error"
+                       : e.status == 401 ? "authentication_error"
+                                         : "invalid_request_error";
     json j = {{"error", {{"message", e.message}, {"type", type}, {"param", e.param.empty() ? json(nullptr) : json(e.param)}, {"code", e.code}}}};
-    return j.dump();
+    return dump_json(j);
 }
 
 std::string openai_finish_reason(const std::string& ours) {
     if (ours == "length" || ours == "context") return "length";
+    if (ours == "cancelled") return "cancelled";  // a cut answer must not look complete
     return "stop";
 }
 
@@ -234,7 +265,7 @@ std::string content_chunk_json(bool chat, const std::string& id, const std::stri
 // object). Keys in the documented order (docs/websocket-protocol.md).
 std::string ws_token_frame(const token_event& e) {
     std::string out;
-    out.reserve(64 + e.id.size() + e.text.size() + 12 * e.tokens.size());
+    out.reserve(80 + e.id.size() + 2 * e.text.size() + 16 * e.tokens.size());
     out += R"({"type":"token","id":)";
     append_json_string(out, e.id);
     out += R"(,"text":)";
@@ -249,18 +280,30 @@ std::string ws_token_frame(const token_event& e) {
         if (i > 0) out += ',';
         out += e.from_draft[i] != 0 ? "true" : "false";
     }
+    // Each token's own share of text (a client marks tokens by origin);
+    // only when the ends describe this text exactly.
+    const bool ends_fit = e.text_ends.size() == e.tokens.size() && !e.tokens.empty() && e.text_ends.back() == e.text.size() &&
+                          std::is_sorted(e.text_ends.begin(), e.text_ends.end());
+    if (ends_fit) {
+        out += R"(],"token_texts":[)";
+        uint32_t begin = 0;
+        for (size_t i = 0; i < e.text_ends.size(); ++i) {
+            if (i > 0) out += ',';
+            append_json_string(out, std::string_view(e.text).substr(begin, e.text_ends[i] - begin));
+            begin = e.text_ends[i];
+        }
+    }
     out += "]}";
     return out;
 }
 
 std::string ws_done_frame(const done_event& d) {
-    return json{{"type", "done"}, {"id", d.id}, {"finish_reason", d.finish_reason == "cancelled" ? "cancelled" : d.finish_reason == "context" ? "context" : d.finish_reason},
-                {"usage", usage_json(d)}, {"timings", timings_json(d)}, {"speculative", speculative_json(d)}}
-        .dump();
+    return dump_json(json{{"type", "done"}, {"id", d.id}, {"finish_reason", d.finish_reason},
+                {"usage", usage_json(d)}, {"timings", timings_json(d)}, {"speculative", speculative_json(d)}});
 }
 
 std::string ws_error_frame(const std::string* id, const std::string& code, const std::string& message) {
-    return json{{"type", "error"}, {"id", id ? json(*id) : json(nullptr)}, {"code", code}, {"message", message}}.dump();
+    return dump_json(json{{"type", "error"}, {"id", id ? json(*id) : json(nullptr)}, {"code", code}, {"message", message}});
 }
 
 }  // namespace specd::net

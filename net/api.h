@@ -32,6 +32,9 @@ struct ParsedRequest {
     std::vector<std::pair<std::string, std::string>> messages;  // (role, content) when chat
 };
 
+// The longest model name a request may give (bytes); names are echoed in errors.
+inline constexpr size_t kMaxModelNameBytes = 256;
+
 // Limits every generation request is checked against.
 struct RequestLimits {
     int32_t max_tokens_limit = 4096;    // "max_tokens_limit": largest max_tokens accepted
@@ -45,13 +48,16 @@ using ChatRenderer = std::string (*)(const void* ctx, const std::vector<std::pai
 ParsedRequest parse_generation(const nlohmann::json& body, ApiKind kind, const RequestLimits& limits, ChatRenderer render_chat,
                                const void* render_ctx);
 
-// Parses text as JSON; ApiError{400, "invalid_json"} naming the position.
-nlohmann::json parse_json(const std::string& text);
+// Parses text as JSON (config/json_text.h: depth-limited, every library
+// error in our words); ApiError{400, "invalid_json"} naming the position.
+nlohmann::json parse_json(std::string_view text);
 
-// {"error": {"message", "type", "param", "code"}} as OpenAI.
+// {"error": {"message", "type", "param", "code"}} as OpenAI; 429 has type
+// "rate_limit_exceeded". Invalid UTF-8 in any field becomes U+FFFD.
 std::string error_body(const ApiError& e);
 
-// OpenAI finish_reason for ours ("context" becomes "length", "cancelled" "stop").
+// OpenAI finish_reason for ours: "context" becomes "length"; "cancelled"
+// stays (a cut answer must not read as complete); EOS is "stop".
 std::string openai_finish_reason(const std::string& ours);
 
 nlohmann::json usage_json(const done_event& d);

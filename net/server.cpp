@@ -6,12 +6,17 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <cmath>
-#include <optional>
 #include <deque>
+#include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
+#include <shared_mutex>
+#include <sstream>
+#include <string_view>
 #include <thread>
 #include <unordered_map>
 
@@ -20,14 +25,18 @@
 #include <boost/beast/websocket.hpp>
 
 #include "actors/runtime.h"
+#include "config/json_text.h"
 #include "config/log.h"
 #include "engine/acceptance_watch.h"
 #include "engine/chat_template.h"
+#include "engine/error.h"
 #include "engine/thread_pool.h"
 #include "engine/tokenizer.h"
+#include "engine/utf8.h"
 #include "gpu/gpu_metrics.h"
 #include "net/chat_page.h"
 #include "net/metrics.h"
+#include "net/ws_protocol.h"
 
 namespace specd::net {
 
@@ -39,6 +48,46 @@ using tcp = asio::ip::tcp;
 using nlohmann::json;
 
 namespace {
+
+// The credentials of "Authorization: Bearer KEY"; the scheme is
+// case-insensitive (RFC 9110), so "bearer KEY" works too. Empty if absent.
+std::string bearer_token(std::string_view header) {
+    constexpr std::string_view kScheme = "bearer ";
+    if (header.size() <= kScheme.size()) return "";
+    for (size_t i = 0; i < kScheme.size(); ++i)
+        if (std::tolower(static_cast<unsigned char>(header[i])) != kScheme[i]) return "";
+    header.remove_prefix(kScheme.size());
+    while (!header.empty() && header.front() == ' ') header.remove_prefix(1);
+    return std::string(header);
+}
+
+// The percent-decoded value of `name` in the target's query string ("+" is
+// a space, as forms encode it); nullopt when the parameter is absent.
+std::optional<std::string> query_parameter(std::string_view target, std::string_view name) {
+    const size_t q = target.find('?');
+    if (q == std::string_view::npos) return std::nullopt;
+    std::string_view query = target.substr(q + 1);
+    while (!query.empty()) {
+        const size_t amp = query.find('&');
+        const std::string_view pair = query.substr(0, amp);
+        query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
+        const size_t eq = pair.find('=');
+        if (pair.substr(0, eq) != name) continue;
+        const std::string_view raw = eq == std::string_view::npos ? std::string_view() : pair.substr(eq + 1);
+        std::string value;
+        for (size_t i = 0; i < raw.size(); ++i) {
+            const auto hex = [](char c) { return std::isxdigit(static_cast<unsigned char>(c)) != 0; };
+            if (raw[i] == '%' && i + 2 < raw.size() && hex(raw[i + 1]) && hex(raw[i + 2])) {
+                value += static_cast<char>(std::stoi(std::string(raw.substr(i + 1, 2)), nullptr, 16));
+                i += 2;
+            } else {
+                value += raw[i] == '+' ? ' ' : raw[i];
+            }
+        }
+        return value;
+    }
+    return std::nullopt;
+}
 
 int64_t unix_now() {
     return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -99,6 +148,41 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     std::mutex watch_mu;
     AcceptanceWatch acceptance_watch;  // under watch_mu
     const double start_time_s = static_cast<double>(unix_now_s());
+    // The open WebSockets' closers: Server::stop sends each a 1001 close
+    // frame before the network threads stop.
+    std::mutex ws_mu;
+    std::unordered_map<uint64_t, std::function<void()>> ws_closers;  // under ws_mu
+    uint64_t next_ws_closer = 0;                                     // under ws_mu
+
+    uint64_t remember_websocket(std::function<void()> closer) {
+        std::lock_guard<std::mutex> lock(ws_mu);
+        ws_closers.emplace(++next_ws_closer, std::move(closer));
+        return next_ws_closer;
+    }
+    void forget_websocket(uint64_t id) {
+        std::lock_guard<std::mutex> lock(ws_mu);
+        ws_closers.erase(id);
+    }
+    size_t open_websockets() {
+        std::lock_guard<std::mutex> lock(ws_mu);
+        return ws_closers.size();
+    }
+
+    // Runtime (CAF) threads and stop() hand work to a connection only
+    // through post_to(): the handler holds the connection weakly and locks
+    // it on the connection's strand, so a connection is never destroyed off
+    // the network threads (its socket and timers belong to them); and
+    // nothing is posted once stop() tears the network context down.
+    std::shared_mutex post_mu;
+    bool posts_open = true;  // under post_mu
+    template <class Session, class Fn>
+    void post_to(const asio::any_io_executor& strand, std::weak_ptr<Session> weak, Fn fn) {
+        std::shared_lock<std::shared_mutex> lock(post_mu);
+        if (!posts_open) return;
+        asio::post(strand, [weak = std::move(weak), fn = std::move(fn)]() mutable {
+            if (auto s = weak.lock()) fn(*s);
+        });
+    }
 
     Impl(Runtime& rt, ServerOptions o)
         : runtime(rt),
@@ -206,10 +290,13 @@ public:
         : ws_(std::move(socket)), server_(std::move(server)), connection_id_("ws" + std::to_string(++server_->metrics.ws_connections)) {}
     ~WsSession() {
         for (auto& [id, g] : generations_) server_->runtime.cancel(g.handle);
+        server_->forget_websocket(closer_id_);
         --server_->connections;
     }
 
-    void run(http::request<http::string_body> req) {
+    // `leftover`: bytes the client sent after the upgrade request in the
+    // same write (its first frames), read along with the request.
+    void run(http::request<http::string_body> req, beast::flat_buffer leftover) {
         websocket::stream_base::timeout t = websocket::stream_base::timeout::suggested(beast::role_type::server);
         t.idle_timeout = std::chrono::seconds(server_->opt.idle_timeout_s);
         t.keep_alive_pings = true;
@@ -220,13 +307,23 @@ public:
         // the client gets the 1009 close frame.
         ws_.read_message_max(0);
         beast::get_lowest_layer(ws_).expires_never();
-        ws_.async_accept(req, beast::bind_front_handler(&WsSession::on_accept, shared_from_this()));
+        ws_.set_option(websocket::stream_base::decorator([](websocket::response_type& res) { res.set(http::field::server, "specd"); }));
+        // On shutdown every WebSocket gets a 1001 close frame (Server::stop).
+        closer_id_ = server_->remember_websocket([impl = server_.get(), strand = ws_.get_executor(), weak = weak_from_this()] {
+            impl->post_to(strand, weak, [](WsSession& s) { s.close(websocket::close_code::going_away, "the server is shutting down"); });
+        });
+        if (leftover.size() == 0) {
+            ws_.async_accept(req, beast::bind_front_handler(&WsSession::on_accept, shared_from_this()));
+            return;
+        }
+        // The accept that takes bytes parses the request from them and keeps
+        // what follows for the first reads; it copies them before returning.
+        std::ostringstream raw;
+        raw << req;
+        const std::string bytes = raw.str() + beast::buffers_to_string(leftover.data());
+        ws_.async_accept(asio::buffer(bytes), beast::bind_front_handler(&WsSession::on_accept, shared_from_this()));
     }
 
-    // Called on a CAF thread: hop onto the strand.
-    void post_frame(std::string frame) {
-        asio::post(ws_.get_executor(), [self = shared_from_this(), f = std::move(frame)]() mutable { self->send(std::move(f)); });
-    }
 
 private:
     struct Generation {
@@ -259,74 +356,66 @@ private:
         }
         std::string text = beast::buffers_to_string(buffer_.data());
         buffer_.consume(buffer_.size());
-        handle(text);
+        try {
+            handle(text);
+        } catch (const std::exception& e) {
+            // A bug must cost this connection (1011), never the process.
+            log::error("internal error handling a WebSocket message; closing the connection",
+                       {{"connection", connection_id_}, {"error", e.what()}});
+            close(websocket::close_code::internal_error, "internal error");
+            return;
+        }
         if (!closing_) do_read();
     }
 
     void handle(const std::string& text) {
-        json msg;
-        try {
-            msg = parse_json(text);
-        } catch (const ApiError& e) {
-            return send(ws_error_frame(nullptr, e.code, e.message));
-        }
-        const std::string type = msg.is_object() && msg.contains("type") && msg["type"].is_string() ? msg["type"].get<std::string>() : "";
-        const std::string id = msg.is_object() && msg.contains("id") && msg["id"].is_string() ? msg["id"].get<std::string>() : "";
+        ChatContext chat_ctx{&server_->chat_template};
+        WsContext ctx{&server_->opt.limits, server_->draining.load(), render_chat_messages, &chat_ctx};
+        WsAction action = interpret_ws_message(text, ctx);
+        const std::string& id = action.id;
         const std::string* idp = id.empty() ? nullptr : &id;
-        if (type == "cancel") {
+        if (action.kind == WsAction::Kind::Reply) return send(std::move(action.frame));
+        if (action.kind == WsAction::Kind::Cancel) {
             auto it = generations_.find(id);
             if (it == generations_.end()) return send(ws_error_frame(idp, "unknown_id", "no running generation has id \"" + id + "\""));
             server_->runtime.cancel(it->second.handle);
             return;
         }
-        if (type != "generate") return send(ws_error_frame(idp, "invalid_request", "type must be \"generate\" or \"cancel\""));
-        if (server_->draining) return send(ws_error_frame(idp, "draining", "the server is draining; retry on another instance"));
-        ParsedRequest parsed;
-        try {
-            ChatContext ctx{&server_->chat_template};
-            parsed = parse_generation(msg, ApiKind::WebSocket, server_->opt.limits, render_chat_messages, &ctx);
-        } catch (const ApiError& e) {
-            return send(ws_error_frame(idp, e.code, e.message));
-        }
+        ParsedRequest& parsed = action.parsed;
         if (generations_.count(id)) return send(ws_error_frame(idp, "duplicate_id", "a generation with id \"" + id + "\" is running"));
         if (static_cast<int32_t>(generations_.size()) >= server_->opt.max_generations_per_connection)
             return send(ws_error_frame(idp, "too_many_generations",
                                        "at most " + std::to_string(server_->opt.max_generations_per_connection) +
                                            " generations may run on one connection"));
         std::weak_ptr<WsSession> weak = weak_from_this();
-        RuntimeCallbacks cb;
-        cb.on_token = [weak](const token_event& e) {
-            if (auto s = weak.lock()) {
-                asio::post(s->ws_.get_executor(), [s, e]() {
-                    auto it = s->generations_.find(e.id);
-                    if (it != s->generations_.end()) it->second.timing.on_tokens(s->server_->metrics, e.tokens.size());
-                    s->send_tokens(e);
-                });
-            }
-        };
+        const asio::any_io_executor strand = ws_.get_executor();
         std::shared_ptr<Server::Impl> impl = server_;  // outlives the connection and the Server object
+        RuntimeCallbacks cb;
+        cb.on_token = [impl, strand, weak](const token_event& e) {
+            impl->post_to(strand, weak, [e](WsSession& s) {
+                auto it = s.generations_.find(e.id);
+                if (it != s.generations_.end()) it->second.timing.on_tokens(s.server_->metrics, e.tokens.size());
+                s.send_tokens(e);
+            });
+        };
         const std::string log_id = connection_id_ + "/" + id;  // client ids are only unique per connection
-        cb.on_done = [weak, impl, log_id](const done_event& d) {
+        cb.on_done = [impl, strand, weak, log_id](const done_event& d) {
             impl->record_done(d);
             impl->log_done(d, "ws", log_id);
             --impl->active_generations;
-            if (auto s = weak.lock()) {
-                asio::post(s->ws_.get_executor(), [s, d]() {
-                    s->generations_.erase(d.id);
-                    s->send_final(d.id, ws_done_frame(d));
-                });
-            }
+            impl->post_to(strand, weak, [d](WsSession& s) {
+                s.generations_.erase(d.id);
+                s.send_final(d.id, ws_done_frame(d));
+            });
         };
-        cb.on_error = [weak, impl, log_id](const error_event& e) {
+        cb.on_error = [impl, strand, weak, log_id](const error_event& e) {
             ++impl->metrics.generations_error;
             impl->log_error(e, "ws", log_id);
             --impl->active_generations;
-            if (auto s = weak.lock()) {
-                asio::post(s->ws_.get_executor(), [s, e]() {
-                    s->generations_.erase(e.id);
-                    s->send_final(e.id, ws_error_frame(&e.id, e.code, e.message));
-                });
-            }
+            impl->post_to(strand, weak, [e](WsSession& s) {
+                s.generations_.erase(e.id);
+                s.send_final(e.id, ws_error_frame(&e.id, e.code, e.message));
+            });
         };
         Generation g;
         ++server_->active_generations;
@@ -347,6 +436,8 @@ private:
                 token_event& merged = it->second.event;
                 merged.tokens.insert(merged.tokens.end(), e.tokens.begin(), e.tokens.end());
                 merged.from_draft.insert(merged.from_draft.end(), e.from_draft.begin(), e.from_draft.end());
+                const auto shift = static_cast<uint32_t>(merged.text.size());
+                for (uint32_t end : e.text_ends) merged.text_ends.push_back(shift + end);
                 merged.text += e.text;
                 queue_[static_cast<size_t>(it->second.seq - front_seq_)] = ws_token_frame(merged);
                 ++coalesced_;
@@ -412,6 +503,7 @@ private:
     websocket::stream<beast::tcp_stream> ws_;
     std::shared_ptr<Server::Impl> server_;
     std::string connection_id_;     // "ws<n>": prefixes client ids in the log
+    uint64_t closer_id_ = 0;        // our entry in the server's shutdown list
     beast::flat_buffer buffer_;
     std::deque<std::string> queue_;  // frames to write; the front is being written
     uint64_t front_seq_ = 0;         // sequence number of queue_.front() (frames are numbered as queued)
@@ -460,9 +552,18 @@ private:
         }
         req_ = parser_->release();
         keep_alive_ = req_.keep_alive();
+        head_ = req_.method() == http::verb::head;
         ++server_->metrics.http_requests;
         stream_.expires_never();
-        route();
+        try {
+            route();
+        } catch (const std::exception& e) {
+            // A bug must cost this request (500), never the process.
+            log::error("internal error handling an HTTP request", {{"path", path()}, {"error", e.what()}});
+            keep_alive_ = false;
+            if (!stream_mode_ && out_.empty()) reply_error(500, "internal", "internal error while handling the request");
+            else shutdown();
+        }
     }
 
     std::string path() const {
@@ -472,9 +573,19 @@ private:
 
     void route() {
         const std::string p = path();
-        const bool get = req_.method() == http::verb::get;
+        // HEAD is answered as GET without the body (reply() drops it).
+        const bool get = req_.method() == http::verb::get || head_;
         const bool post = req_.method() == http::verb::post;
+        if (req_.method() == http::verb::unknown) {
+            // Methods are case-sensitive (RFC 9110): "get" is not GET.
+            keep_alive_ = false;
+            return reply_error(400, "bad_request",
+                               "unknown HTTP method \"" + utf8_excerpt(std::string(req_.method_string()), 20) +
+                                   "\" (methods are upper case: GET, HEAD, POST, OPTIONS)");
+        }
         if (req_.method() == http::verb::options) return reply(204, "", "text/plain");
+        // The chat page holds no secret: it loads without the key and asks for it.
+        if (p == "/" && get && !websocket::is_upgrade(req_)) return reply(200, std::string(kChatPageHtml), "text/html; charset=utf-8");
         if (p == "/health" && get) {
             bool ok = !server_->draining;
             json body{{"status", ok ? "ok" : "draining"}, {"speculation", server_->runtime.speculation().enabled}};
@@ -496,29 +607,30 @@ private:
                     body["status"] = "no_target_node";
                 }
             }
-            return reply(ok ? 200 : 503, body.dump(), "application/json");
+            return reply(ok ? 200 : 503, dump_json(body), "application/json");
         }
         if (p.rfind("/admin/", 0) == 0) return admin(p, get, post);
         if (!server_->authorised(req_)) return reply_error(401, "invalid_api_key", "missing or wrong API key (Authorization: Bearer KEY)");
+        if (p == "/v1/ws" && !websocket::is_upgrade(req_))
+            return reply_error(426, "upgrade_required", "/v1/ws is the WebSocket endpoint: send an upgrade request (Upgrade: websocket)");
         if (websocket::is_upgrade(req_)) {
             if (p != "/v1/ws") return reply_error(404, "not_found", "WebSocket endpoint is /v1/ws");
             upgraded_ = true;
-            std::make_shared<WsSession>(stream_.release_socket(), server_)->run(std::move(req_));
+            std::make_shared<WsSession>(stream_.release_socket(), server_)->run(std::move(req_), std::move(buffer_));
             return;
         }
-        if (p == "/" && get) return reply(200, std::string(kChatPageHtml), "text/html; charset=utf-8");
         if (p == "/metrics" && get) return reply(200, server_->render_metrics(), "text/plain; version=0.0.4");
         if (p == "/v1/models" && get) {
             json m = {{"object", "list"},
                       {"data", json::array({{{"id", server_->runtime.model_name()}, {"object", "model"}, {"created", unix_now()},
                                              {"owned_by", "specd"}, {"meta", {{"n_ctx", server_->runtime.n_ctx()},
                                                                              {"draft_model", server_->runtime.has_draft_model()}}}}})}};
-            return reply(200, m.dump(), "application/json");
+            return reply(200, dump_json(m), "application/json");
         }
         if ((p == "/v1/completions" || p == "/v1/chat/completions") && post) return generate(p == "/v1/chat/completions");
-        if (p == "/v1/completions" || p == "/v1/chat/completions" || p == "/v1/models" || p == "/health" || p == "/metrics")
+        if (p == "/v1/completions" || p == "/v1/chat/completions" || p == "/v1/models" || p == "/health" || p == "/metrics" || p == "/")
             return reply_error(405, "method_not_allowed", std::string(req_.method_string()) + " is not allowed on " + p);
-        return reply_error(404, "not_found", "no endpoint " + p);
+        return reply_error(404, "not_found", "no endpoint " + utf8_excerpt(p, 200));
     }
 
     // The run-time switch of speculation (the guide's rollback): GET shows
@@ -528,9 +640,10 @@ private:
         const std::string& key = server_->opt.admin_key.empty() ? server_->opt.api_key : server_->opt.admin_key;
         if (key.empty())
             return reply_error(403, "admin_disabled", "the admin endpoints are off: start with --admin-key KEY or SPECD_ADMIN_KEY");
-        if (req_[http::field::authorization] != "Bearer " + key)
+        if (bearer_token(req_[http::field::authorization]) != key)
             return reply_error(401, "invalid_admin_key", "missing or wrong admin key (Authorization: Bearer KEY)");
-        if (p != "/admin/speculation") return reply_error(404, "not_found", "no endpoint " + p + " (the admin endpoint is /admin/speculation)");
+        if (p != "/admin/speculation")
+            return reply_error(404, "not_found", "no endpoint " + utf8_excerpt(p, 200) + " (the admin endpoint is /admin/speculation)");
         if (!get && !post) return reply_error(405, "method_not_allowed", std::string(req_.method_string()) + " is not allowed on " + p);
         Runtime& rt = server_->runtime;
         if (post) {
@@ -562,7 +675,7 @@ private:
                       {"adaptive", now.adaptive},
                       {"draft_model_loaded", rt.has_draft_model()},
                       {"draft_load_error", rt.draft_load_error()}};
-        return reply(200, state.dump(), "application/json");
+        return reply(200, dump_json(state), "application/json");
     }
 
     void generate(bool chat) {
@@ -583,34 +696,26 @@ private:
         model_ = server_->runtime.model_name();
         parsed.request.id = id_;
         std::weak_ptr<HttpSession> weak = weak_from_this();
+        const asio::any_io_executor strand = stream_.get_executor();
+        std::shared_ptr<Server::Impl> impl = server_;  // outlives the connection and the Server object
         RuntimeCallbacks cb;
-        cb.on_token = [weak](const token_event& e) {
-            if (auto s = weak.lock()) asio::post(s->stream_.get_executor(), [s, e]() { s->on_token(e); });
+        cb.on_token = [impl, strand, weak](const token_event& e) {
+            impl->post_to(strand, weak, [e](HttpSession& s) { s.on_token(e); });
         };
         // Counted here, not on the strand: the connection may be gone already.
-        std::shared_ptr<Server::Impl> impl = server_;  // outlives the connection and the Server object
-        cb.on_done = [weak, impl](const done_event& d) {
+        cb.on_done = [impl, strand, weak](const done_event& d) {
             impl->record_done(d);
             impl->log_done(d, "http", d.id);
             --impl->active_generations;
-            if (auto s = weak.lock()) asio::post(s->stream_.get_executor(), [s, d]() { s->on_done(d); });
+            impl->post_to(strand, weak, [d](HttpSession& s) { s.on_done(d); });
         };
-        cb.on_error = [weak, impl](const error_event& e) {
+        cb.on_error = [impl, strand, weak](const error_event& e) {
             ++impl->metrics.generations_error;
             impl->log_error(e, "http", e.id);
             --impl->active_generations;
-            if (auto s = weak.lock()) asio::post(s->stream_.get_executor(), [s, e]() { s->on_error(e); });
+            impl->post_to(strand, weak, [e](HttpSession& s) { s.on_error(e); });
         };
-        if (stream_mode_) {
-            std::string head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
-                               "Transfer-Encoding: chunked\r\nConnection: " +
-                               std::string(keep_alive_ ? "keep-alive" : "close") + "\r\n" + cors_header() + "\r\n";
-            queue_raw(std::move(head));
-            if (chat_) {
-                const std::string role = "assistant";
-                queue_sse(chat_chunk(id_, model_, created_, &role, nullptr, "").dump());
-            }
-        }
+        stream_started_ = false;
         ++server_->active_generations;
         ++generation_serial_;
         generation_ = server_->runtime.submit(std::move(parsed.request), std::move(cb));
@@ -640,31 +745,48 @@ private:
         });
     }
 
+    // The SSE head goes out with the first token (or the end), not at
+    // submission: a request that fails before it (context_exceeded, a full
+    // queue) then answers with the status a non-streamed one gets.
+    void start_stream() {
+        if (stream_started_) return;
+        stream_started_ = true;
+        std::string head = "HTTP/1.1 200 OK\r\nServer: specd\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+                           "Transfer-Encoding: chunked\r\nConnection: " +
+                           std::string(keep_alive_ ? "keep-alive" : "close") + "\r\n" + cors_header() + "\r\n";
+        queue_raw(std::move(head));
+        if (chat_) {
+            const std::string role = "assistant";
+            queue_sse(dump_json(chat_chunk(id_, model_, created_, &role, nullptr, "")));
+        }
+    }
+
     void on_token(const token_event& e) {
         timing_.on_tokens(server_->metrics, e.tokens.size());
         text_ += e.text;
-        if (stream_mode_ && !e.text.empty()) {
-            queue_sse(content_chunk_json(chat_, id_, model_, created_, e.text));
-        }
+        if (!stream_mode_) return;
+        start_stream();
+        if (!e.text.empty()) queue_sse(content_chunk_json(chat_, id_, model_, created_, e.text));
     }
 
     void on_done(const done_event& d) {
         generation_ = session_actor();
         if (client_gone_) return shutdown();
         if (stream_mode_) {
+            start_stream();
             json last = chat_ ? chat_chunk(id_, model_, created_, nullptr, nullptr, openai_finish_reason(d.finish_reason))
                               : completion_chunk(id_, model_, created_, "", openai_finish_reason(d.finish_reason));
             last["usage"] = usage_json(d);
             last["timings"] = timings_json(d);
             last["speculative"] = speculative_json(d);
-            queue_sse(last.dump());
+            queue_sse(dump_json(last));
             queue_sse("[DONE]");
             queue_raw("0\r\n\r\n");
             finish_stream_ = true;
             return;
         }
         const json body = chat_ ? chat_response(id_, model_, created_, text_, d) : completion_response(id_, model_, created_, text_, d);
-        reply(200, body.dump(), "application/json");
+        reply(200, dump_json(body), "application/json");
     }
 
     void on_error(const error_event& e) {
@@ -673,20 +795,37 @@ private:
         const int status = e.code == "unknown_model" ? 404 : e.code == "overloaded" ? 429
                            : e.code == "draining" || e.code == "unavailable" ? 503
                            : e.code == "internal" ? 500 : e.code == "timeout" ? 504 : 400;
-        if (stream_mode_) {
+        if (stream_mode_ && stream_started_) {
             queue_sse(error_body(ApiError{status, e.code, e.message, ""}));
             queue_sse("[DONE]");
             queue_raw("0\r\n\r\n");
             finish_stream_ = true;
             return;
         }
+        stream_mode_ = false;
         reply_error(status, e.code, e.message);
+    }
+
+    // The request headers a browser may send cross-origin: ours, those the
+    // official OpenAI SDKs add (X-Stainless-*, OpenAI-*), and whatever a
+    // preflight asks for (its list of header names, cleaned to token chars).
+    std::string cors_allowed_headers() const {
+        std::string allowed = "Authorization, Content-Type, Accept, OpenAI-Organization, OpenAI-Project, OpenAI-Beta, "
+                              "X-Stainless-Lang, X-Stainless-Package-Version, X-Stainless-OS, X-Stainless-Arch, "
+                              "X-Stainless-Runtime, X-Stainless-Runtime-Version, X-Stainless-Retry-Count, X-Stainless-Timeout";
+        const auto requested = req_[http::field::access_control_request_headers];
+        std::string names;
+        for (const char c : requested.substr(0, 2048)) {
+            if (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == ',' || c == ' ') names += c;
+        }
+        if (names.find_first_not_of(" ,") != std::string::npos) allowed += ", " + names;
+        return allowed;
     }
 
     std::string cors_header() const {
         if (server_->opt.cors_origin.empty()) return "";
-        return "Access-Control-Allow-Origin: " + server_->opt.cors_origin +
-               "\r\nAccess-Control-Allow-Headers: Authorization, Content-Type\r\nAccess-Control-Allow-Methods: GET, POST, OPTIONS\r\n";
+        return "Access-Control-Allow-Origin: " + server_->opt.cors_origin + "\r\nAccess-Control-Allow-Headers: " + cors_allowed_headers() +
+               "\r\nAccess-Control-Allow-Methods: GET, HEAD, POST, OPTIONS\r\n";
     }
 
     // One SSE event as one HTTP chunk: "<size>\r\ndata: <data>\n\n\r\n".
@@ -735,14 +874,18 @@ private:
         res->set(http::field::server, "specd");
         res->set(http::field::content_type, content_type);
         if (status == 401) res->set(http::field::www_authenticate, "Bearer");
+        if (status == 429) res->set(http::field::retry_after, "1");  // seconds; running requests finish in about that
         if (!server_->opt.cors_origin.empty()) {
             res->set(http::field::access_control_allow_origin, server_->opt.cors_origin);
-            res->set(http::field::access_control_allow_headers, "Authorization, Content-Type");
-            res->set(http::field::access_control_allow_methods, "GET, POST, OPTIONS");
+            res->set(http::field::access_control_allow_headers, cors_allowed_headers());
+            res->set(http::field::access_control_allow_methods, "GET, HEAD, POST, OPTIONS");
+            res->set(http::field::access_control_max_age, "600");
         }
         res->keep_alive(keep_alive_);
         res->body() = std::move(body);
         res->prepare_payload();
+        // HEAD: the GET answer's headers (Content-Length included), no body.
+        if (head_) res->body().clear();
         http::async_write(stream_, *res, [self = shared_from_this(), res](beast::error_code ec, size_t) {
             if (ec || !self->keep_alive_) return self->shutdown();
             self->text_.clear();
@@ -782,6 +925,8 @@ private:
     session_actor generation_;
     uint64_t generation_serial_ = 0;  // bumped per generation (stale disconnect watches compare it)
     bool chat_ = false, stream_mode_ = false, finish_stream_ = false, client_gone_ = false;
+    bool stream_started_ = false;  // the SSE head went out (start_stream)
+    bool head_ = false;            // the request is HEAD: reply() sends no body
     std::string id_, model_, text_;
     int64_t created_ = 0;
     Timing timing_;
@@ -794,16 +939,10 @@ private:
 
 bool Server::Impl::authorised(const http::request<http::string_body>& req) const {
     if (opt.api_key.empty()) return true;
-    const auto auth = req[http::field::authorization];
-    if (auth == "Bearer " + opt.api_key) return true;
-    const std::string target(req.target());
-    const size_t q = target.find("api_key=");
-    if (q != std::string::npos) {
-        std::string key = target.substr(q + 8);
-        key = key.substr(0, key.find('&'));
-        return key == opt.api_key;
-    }
-    return false;
+    if (bearer_token(req[http::field::authorization]) == opt.api_key) return true;
+    // Browsers cannot set headers on a WebSocket: the key may come as ?api_key=.
+    const std::optional<std::string> key = query_parameter(req.target(), "api_key");
+    return key && *key == opt.api_key;
 }
 
 std::string Server::Impl::render_metrics() {
@@ -898,12 +1037,36 @@ Server::Server(Runtime& runtime, ServerOptions options) : impl_(std::make_shared
 
 Server::~Server() { stop(); }
 
+namespace {
+
+// Opens, binds and (when `listen`) listens; a failure is one line naming
+// the address, e.g. "cannot listen on 127.0.0.1:8080: Address already in use".
+void open_acceptor(tcp::acceptor& acceptor, const std::string& host, uint16_t port, bool listen) {
+    const auto fail = [&](const std::string& why) {
+        throw Error("cannot listen on " + host + ":" + std::to_string(port) + ": " + why);
+    };
+    beast::error_code ec;
+    const asio::ip::address address = asio::ip::make_address(host, ec);
+    if (ec) fail("not an IP address (give one, e.g. 127.0.0.1 or 0.0.0.0)");
+    const tcp::endpoint ep(address, port);
+    if (acceptor.open(ep.protocol(), ec); ec) fail(ec.message());
+    if (acceptor.set_option(asio::socket_base::reuse_address(true), ec); ec) fail(ec.message());
+    if (acceptor.bind(ep, ec); ec) fail(ec.message());
+    if (listen) {
+        if (acceptor.listen(asio::socket_base::max_listen_connections, ec); ec) fail(ec.message());
+    }
+}
+
+}  // namespace
+
+void Server::check_address(const std::string& host, uint16_t port) {
+    asio::io_context ioc;
+    tcp::acceptor probe(ioc);
+    open_acceptor(probe, host, port, true);
+}
+
 uint16_t Server::start() {
-    tcp::endpoint ep(asio::ip::make_address(impl_->opt.host), impl_->opt.port);
-    impl_->acceptor->open(ep.protocol());
-    impl_->acceptor->set_option(asio::socket_base::reuse_address(true));
-    impl_->acceptor->bind(ep);
-    impl_->acceptor->listen(asio::socket_base::max_listen_connections);
+    open_acceptor(*impl_->acceptor, impl_->opt.host, impl_->opt.port, true);
     impl_->bound_port = impl_->acceptor->local_endpoint().port();
     impl_->do_accept();
     const int io_threads = impl_->opt.io_threads > 0 ? impl_->opt.io_threads : std::clamp(ThreadPool::hardware_threads() / 8, 1, 4);
@@ -911,7 +1074,16 @@ uint16_t Server::start() {
         asio::io_context* ioc = impl_->ioc.get();
         impl_->threads.emplace_back([ioc] {
             ThreadPool::set_current_thread_name("specd.net");
-            ioc->run();
+            // Handlers catch their own errors (500 / close 1011); anything
+            // that still escapes one is logged and the thread serves on.
+            for (;;) {
+                try {
+                    ioc->run();
+                    return;
+                } catch (const std::exception& e) {
+                    log::error("exception escaped a network handler; the network thread goes on", {{"error", e.what()}});
+                }
+            }
         });
     }
     return impl_->bound_port;
@@ -930,8 +1102,25 @@ void Server::set_acceptance_watch(double low_rate, int64_t window_drafted) {
 void Server::stop() {
     if (impl_->stopped.exchange(true)) return;
     impl_->draining = true;
+    // WebSocket clients get a close frame saying why (1001, going away),
+    // idle or busy, rather than a dropped socket; each gets up to
+    // kCloseGrace to exchange it before the threads stop.
+    std::vector<std::function<void()>> closers;
+    {
+        std::lock_guard<std::mutex> lock(impl_->ws_mu);
+        for (auto& [id, close] : impl_->ws_closers) closers.push_back(close);
+    }
+    for (auto& close : closers) close();
+    constexpr double kCloseGrace = 1000.0;  // ms
+    const double deadline = now_ms() + kCloseGrace;
+    while (!closers.empty() && impl_->open_websockets() > 0 && now_ms() < deadline && !impl_->threads.empty())
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
     impl_->ioc->stop();
     for (auto& t : impl_->threads) t.join();
+    {
+        std::unique_lock<std::shared_mutex> lock(impl_->post_mu);
+        impl_->posts_open = false;  // the context goes next: runtime events for connections are dropped from now on
+    }
     impl_->threads.clear();
     // Destroying the context destroys every pending handler and so every
     // connection (each cancels its generations on the way out).

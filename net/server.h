@@ -26,7 +26,7 @@ struct ServerOptions {
     int32_t io_threads = 0;                // network threads (they only parse, route and write); 0: auto, one per 8
                                            // CPUs of the process, 1 to 4 (a second thread on a small machine costs
                                            // more in hand-offs than it adds: docs/BENCHMARKS.md, network section)
-    std::string api_key;                   // --api-key: required as "Authorization: Bearer KEY" on all but /health; empty: open
+    std::string api_key;                   // --api-key: required as "Authorization: Bearer KEY" on all but /health and the chat page /; empty: open
     std::string admin_key;                 // --admin-key: Bearer key of /admin/*; empty: api_key; both empty: /admin answers 403
     std::string cors_origin;               // --cors-origin: Access-Control-Allow-Origin value; empty: no CORS headers
     size_t max_body_bytes = 1 << 20;       // "max_body_bytes": largest HTTP request body (413 beyond)
@@ -47,11 +47,16 @@ class Server {
 public:
     Server(Runtime& runtime, ServerOptions options);
     ~Server();
-    // Binds and starts the network threads; returns the bound port.
+    // Binds and starts the network threads; returns the bound port. An
+    // address that cannot be listened on throws Error naming it.
     uint16_t start();
+    // Whether host:port can be listened on now (e.g. before loading models,
+    // which takes long): throws Error("cannot listen on HOST:PORT: why").
+    static void check_address(const std::string& host, uint16_t port);
     // /health turns 503 and new generations are refused ("draining").
     void drain();
-    // Closes the listener and every connection, joins the threads.
+    // Sends every WebSocket a 1001 close frame (up to 1 s for the exchange),
+    // then closes the listener and every connection and joins the threads.
     void stop();
     uint16_t port() const;
     std::string url() const;

@@ -15,74 +15,14 @@
 #include "engine/session_core.h"
 #include "engine/speculative.h"
 #include "support/models.h"
+#include "support/session_driver.h"
 
 using namespace specd;
+using test::Driven;
+using test::drive;
 using test::load;
 
 namespace {
-
-struct Driven {
-    std::unique_ptr<SessionCore> core;
-    int start_round = 0;
-    bool prefilled = false;
-};
-
-// One "runtime step" per round: every decoding session drafts (one batched
-// drafter call), then every session's verify or prefill job goes to the
-// verifier, which steps until each has its outcome.
-void drive(std::vector<Driven>& sessions, BatchVerifier& verifier, BatchDrafter* drafter) {
-    for (int round = 0;; ++round) {
-        bool any = false;
-        std::vector<DraftJob> djobs;
-        std::vector<int32_t> ks(sessions.size(), 0);
-        for (size_t i = 0; i < sessions.size(); ++i) {
-            Driven& s = sessions[i];
-            if (s.core->finished() || round < s.start_round) continue;
-            any = true;
-            if (!s.prefilled) continue;
-            ks[i] = s.core->next_k();
-            if (ks[i] > 0 && drafter) djobs.push_back(s.core->draft_job(i, i, ks[i]));
-        }
-        if (!any) {
-            bool waiting = false;
-            for (auto& s : sessions) waiting |= !s.core->finished();
-            if (!waiting) return;
-            continue;
-        }
-        std::vector<DraftOutcome> douts;
-        if (drafter && !djobs.empty()) drafter->draft(djobs, douts);
-        for (const DraftOutcome& o : douts) sessions[o.tag].core->on_draft(o);
-        size_t expected = 0;
-        for (size_t i = 0; i < sessions.size(); ++i) {
-            Driven& s = sessions[i];
-            if (s.core->finished() || round < s.start_round) continue;
-            verifier.submit(s.prefilled ? s.core->verify_job(i, i) : s.core->prefill_job(i, i));
-            ++expected;
-        }
-        size_t got = 0;
-        std::vector<VerifyOutcome> outs;
-        while (got < expected) {
-            outs.clear();
-            verifier.step(outs);
-            for (const VerifyOutcome& o : outs) {
-                INFO(o.error);
-                REQUIRE(o.ok);
-                Driven& s = sessions[o.tag];
-                if (!s.prefilled) {
-                    s.core->on_prefill(o);
-                    s.prefilled = true;
-                } else {
-                    s.core->on_verify(o);
-                }
-                if (s.core->finished()) {
-                    verifier.close(o.request);
-                    if (drafter) drafter->close(o.request);
-                }
-                ++got;
-            }
-        }
-    }
-}
 
 const std::vector<std::string> kPrompts = {
     "Once upon a time", "Lily and Ben went to the park.", "The cat sat on the mat. The cat sat on the",
@@ -222,6 +162,14 @@ TEST_CASE("session core: emitted text streams as a continuation and bad requests
     CHECK(e.tokens == sessions[0].core->output());
     CHECK(e.text == tok.decode(e.tokens, DecodeAt::Continuation));
     CHECK(e.text.rfind(", there was", 0) == 0);
+    // Each token's own part of the text: the text up to token i's end is
+    // the decoding of the output up to token i.
+    REQUIRE(e.text_ends.size() == e.tokens.size());
+    CHECK(e.text_ends.back() == e.text.size());
+    for (size_t i = 0; i < e.tokens.size(); ++i) {
+        const std::vector<int32_t> upto(e.tokens.begin(), e.tokens.begin() + static_cast<std::ptrdiff_t>(i) + 1);
+        CHECK(e.text.substr(0, e.text_ends[i]) == tok.decode(upto, DecodeAt::Continuation));
+    }
 }
 
 TEST_CASE("run-ahead: a verifier feeding back its own samples for run_ahead_limit() steps wastes none and changes no token",
@@ -439,6 +387,17 @@ TEST_CASE("KV ledger: grants what fits, queues in order, refuses what never fits
     // A draft that could never fit is not reserved; the request runs without it.
     CHECK(ledger.acquire(6, {16, 1000}, &why) == Admission::Granted);
     CHECK(ledger.draft_free_blocks() == 4);
+}
+
+TEST_CASE("KV ledger: a refusal names the limit that was hit, sequence slots or KV blocks", "[batch][ledger]") {
+    KvLedger ledger(KvPoolSpec{100, 16, 2}, KvPoolSpec{}, 1);
+    std::string why;
+    CHECK(ledger.acquire(1, {16, 0}, &why) == Admission::Granted);
+    CHECK(ledger.acquire(2, {16, 0}, &why) == Admission::Granted);
+    CHECK(ledger.acquire(3, {16, 0}, &why) == Admission::Queued);    // both slots taken, blocks plenty
+    CHECK(ledger.acquire(4, {16, 0}, &why) == Admission::Refused);
+    CHECK_THAT(why, Catch::Contains("too many requests") && Catch::Contains("max_sessions 2") && Catch::Contains("queue_length 1"));
+    CHECK_THAT(why, !Catch::Contains("KV cache full"));
 }
 
 TEST_CASE("load policy: k shrinks as the load grows and speculation turns off once the cap is too short to pay", "[batch]") {

@@ -57,6 +57,25 @@ TEST_CASE("ws_token_frame: parses as the documented token frame, with quotes, ba
     CHECK(g["text"] == "");
 }
 
+TEST_CASE("ws_token_frame: token_texts gives each token its own text, and is left out when the ends do not describe the text", "[net][api]") {
+    token_event e;
+    e.id = "r1";
+    e.text = " a\xe2\x82\xac b";  // the euro sign's three bytes all belong to the token that completed it
+    e.tokens = {10, 11, 12, 13};
+    e.from_draft = {0, 1, 1, 0};
+    e.text_ends = {2, 2, 5, 7};
+    const json f = json::parse(ws_token_frame(e));
+    CHECK(f.size() == 6);
+    CHECK(f["token_texts"] == json::array({" a", "", "\xe2\x82\xac", " b"}));
+
+    e.text_ends = {2, 5, 7};  // one end short: no per-token text rather than a wrong one
+    CHECK_FALSE(json::parse(ws_token_frame(e)).contains("token_texts"));
+    e.text_ends = {2, 2, 5, 6};  // the last end misses the text's end
+    CHECK_FALSE(json::parse(ws_token_frame(e)).contains("token_texts"));
+    e.text_ends = {2, 5, 2, 7};  // not in order
+    CHECK_FALSE(json::parse(ws_token_frame(e)).contains("token_texts"));
+}
+
 TEST_CASE("content_chunk_json: the same JSON as the completion and chat chunk objects, in OpenAI's key order", "[net][api]") {
     const std::string id = "cmpl-1\"x", model = "stories15M \\ f32", text = "Once\nupon \"a\" time \xe2\x82\xac";
     const std::string completion = content_chunk_json(false, id, model, 1733390000, text);
@@ -65,4 +84,11 @@ TEST_CASE("content_chunk_json: the same JSON as the completion and chat chunk ob
     const std::string chat = content_chunk_json(true, id, model, 1733390000, text);
     CHECK(json::parse(chat) == chat_chunk(id, model, 1733390000, nullptr, &text, ""));
     CHECK(json::parse(chat)["choices"][0]["delta"]["content"] == text);
+}
+
+TEST_CASE("openai_finish_reason: a cancelled generation stays \"cancelled\" (a cut answer must not read as complete)", "[net][api]") {
+    CHECK(specd::net::openai_finish_reason("cancelled") == "cancelled");
+    CHECK(specd::net::openai_finish_reason("context") == "length");
+    CHECK(specd::net::openai_finish_reason("length") == "length");
+    CHECK(specd::net::openai_finish_reason("stop") == "stop");
 }

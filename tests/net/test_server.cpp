@@ -219,6 +219,11 @@ TEST_CASE("a WebSocket client that stops reading loses no token; one whose send 
             if (f["type"] == "token") {
                 text[id] += f["text"].get<std::string>();
                 tokens[id] += static_cast<int>(f["token_ids"].size());
+                // A merged frame still gives each token its own text.
+                REQUIRE(f["token_texts"].size() == f["token_ids"].size());
+                std::string joined;
+                for (const json& t : f["token_texts"]) joined += t.get<std::string>();
+                CHECK(joined == f["text"]);
             } else if (f["type"] == "done") {
                 ++done;
                 CHECK(f["usage"]["completion_tokens"] == kTokens);

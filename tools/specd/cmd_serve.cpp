@@ -63,7 +63,7 @@ void reload_config(const ConfigFlags& flags, RuntimeConfig& running, Runtime& rt
     RuntimeConfig next;
     try {
         next = load_config(flags).finish();
-    } catch (const Error& e) {
+    } catch (const std::exception& e) {  // Error for a bad file; anything else must not end the server either
         log::error("config reload failed; keeping the running configuration", {{"error", e.what()}});
         return;
     }
@@ -93,6 +93,8 @@ void reload_config(const ConfigFlags& flags, RuntimeConfig& running, Runtime& rt
 void run_serve(const ConfigFlags& flags) {
     RuntimeConfig rc = load_config(flags).finish();
     log::configure(rc.log_level, rc.log_format);
+    // A busy port is found now, not after the models load (which takes long).
+    if (rc.port != 0) net::Server::check_address(rc.host, static_cast<uint16_t>(rc.port));
     log::info("loading models", {{"model", rc.target_model}, {"model_draft", rc.draft_model.empty() ? "n-gram" : rc.draft_model}});
     StandaloneRuntime host(rc);
     Runtime& rt = host.runtime();

@@ -3,7 +3,7 @@
 // built or linked here). The interop test uses it to make GGUF files that
 // llama.cpp wrote, which specd must then load.
 //
-//   llama_quantize LIBLLAMA.so IN.gguf OUT.gguf q8_0|f16|f32
+//   llama_quantize LIBLLAMA.so IN.gguf OUT.gguf q4_0|q8_0|f16|f32
 //
 // llama_model_quantize_params is passed as llama.cpp lays it out: nthread
 // (int32) then ftype (int32) lead the struct in every release. The defaults
@@ -36,6 +36,7 @@ int32_t ftype_for(const std::string& type) {
     if (type == "f32") return 0;   // LLAMA_FTYPE_ALL_F32
     if (type == "f16") return 1;   // LLAMA_FTYPE_MOSTLY_F16
     if (type == "q8_0") return 7;  // LLAMA_FTYPE_MOSTLY_Q8_0
+    if (type == "q4_0") return 2;  // LLAMA_FTYPE_MOSTLY_Q4_0 (the classifier gets llama.cpp's own choice)
     return -1;
 }
 
@@ -43,12 +44,12 @@ int32_t ftype_for(const std::string& type) {
 
 int main(int argc, char** argv) {
     if (argc != 5) {
-        std::fprintf(stderr, "usage: %s LIBLLAMA.so IN.gguf OUT.gguf q8_0|f16|f32\n", argv[0]);
+        std::fprintf(stderr, "usage: %s LIBLLAMA.so IN.gguf OUT.gguf q4_0|q8_0|f16|f32\n", argv[0]);
         return 2;
     }
     const int32_t ftype = ftype_for(argv[4]);
     if (ftype < 0) {
-        std::fprintf(stderr, "llama_quantize: unsupported type %s (q8_0, f16, f32)\n", argv[4]);
+        std::fprintf(stderr, "llama_quantize: unsupported type %s (q4_0, q8_0, f16, f32)\n", argv[4]);
         return 2;
     }
     void* lib = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);

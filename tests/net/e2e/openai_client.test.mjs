@@ -69,6 +69,30 @@ async function main() {
             assert(text === completion, `streamed text differs: ${show(text)} vs ${show(completion)}`);
             return `${chunks} chunks, same text, finish ${finish}`;
         }],
+        ["completions.create with stop, streamed and not, speculation on and off: the text ends before the first stop string", async () => {
+            assert(completion !== null, "needs completions.create");
+            // " girl" spans a token boundary in ", there was a little girl named Lily".
+            const stop = [" girl", "zzzz"];
+            const want = completion.slice(0, completion.indexOf(" girl"));
+            assert(completion.includes(" girl"), `the reference text has no " girl": ${show(completion)}`);
+            const texts = [];
+            for (const enabled of [true, false]) {
+                const r = await client.completions.create({ model, ...COMPLETION, stop, speculative: { enabled } });
+                assert(r.choices[0].text === want && r.choices[0].finish_reason === "stop",
+                       `speculative ${enabled}: ${show(r.choices[0].text)} finish ${r.choices[0].finish_reason}, want ${show(want)} stop`);
+                const stream = await client.completions.create({ model, ...COMPLETION, stop: " girl", stream: true, speculative: { enabled } });
+                let text = "", finish = null;
+                for await (const chunk of stream) {
+                    const ch = chunk.choices && chunk.choices[0];
+                    if (!ch) continue;
+                    text += ch.text || "";
+                    if (ch.finish_reason) finish = ch.finish_reason;
+                }
+                assert(text === want && finish === "stop", `streamed, speculative ${enabled}: ${show(text)} finish ${finish}`);
+                texts.push(text);
+            }
+            return `${show(want)}, finish stop, 4 ways alike`;
+        }],
         ["chat.completions.create", async () => {
             assert(model, "needs models.list");
             const r = await client.chat.completions.create({ model, ...CHAT });

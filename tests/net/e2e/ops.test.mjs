@@ -205,8 +205,16 @@ await check("SIGTERM drains: /health turns 503, new requests get 503, running st
     return `health ${health} while draining, new request 503, 4 x 200 tokens completed, exit 0`;
 });
 
-await check("the drain timeout cancels what is still running (finish_reason cancelled) and still exits 0", async () => {
+await check("the drain timeout cancels what is still running (finish_reason cancelled, on SSE too), WebSockets get close 1001, exit 0", async () => {
     const s = await startServer(["-m", target, "--model-draft", draft, "--parallel", "1", "--drain-timeout", "1"]);
+    // An idle WebSocket: told why the server goes away (1001), not dropped (1006).
+    const idleClose = new Promise((resolve, reject) => {
+        const u = new URL("/v1/ws", s.url);
+        u.protocol = "ws:";
+        const ws = new WebSocket(u);
+        ws.on("close", (code) => resolve(code));
+        ws.on("error", reject);
+    });
     // Three connections of eight (a connection's limit): far more decoding
     // than one second allows with one request at a time.
     const ids = Array.from({ length: 24 }, (_, i) => `g${i}`);
@@ -215,9 +223,17 @@ await check("the drain timeout cancels what is still running (finish_reason canc
     const gen = { prompt: "Once upon a time", max_tokens: 200, temperature: 0, speculative: { enabled: false } };
     const gens = [0, 8, 16].map((at) => wsGenerations(s, ids.slice(at, at + 8), gen, resolveFirst));
     await firstToken;
+    // Queued behind the WebSocket generations, so still unfinished when the drain times out.
+    const sse = streamCompletion(s, longStream);
+    await new Promise((r) => setTimeout(r, 200));
     s.proc.kill("SIGTERM");
     const last = Object.assign({}, ...(await Promise.all(gens)));
     const { code } = await s.exited;
+    const streamed = await sse;
+    const sseLast = JSON.parse(streamed.events.at(-2));
+    expect(streamed.events.at(-1) === "[DONE]" && sseLast.choices[0].finish_reason === "cancelled",
+           `the SSE stream cut by the drain timeout ends with ${sseLast.choices[0].finish_reason}, not "cancelled"`);
+    expect((await idleClose) === 1001, `the idle WebSocket closed with ${await idleClose}, not 1001`);
     const reasons = {};
     for (const id of ids) {
         const f = last[id];
@@ -228,7 +244,7 @@ await check("the drain timeout cancels what is still running (finish_reason canc
     expect(reasons.cancelled > 0, `nothing was cancelled: ${JSON.stringify(reasons)}`);
     expect(code === 0, `exit code ${code}`);
     expect(/drain timeout/.test(s.stderr), "no drain-timeout warning in the log");
-    return `${JSON.stringify(reasons)}, exit 0`;
+    return `${JSON.stringify(reasons)}, SSE cancelled, idle WebSocket 1001, exit 0`;
 });
 
 await check("/admin/speculation: 401 without the key; off then on shows in the next request's stats; per request too", async () => {
@@ -275,9 +291,16 @@ await check("SIGHUP re-reads the config file: speculation off, then on; a bad fi
     const off = await complete(s);
     expect(!off.speculative.enabled && off.speculative.drafted === 0, `SIGHUP did not switch speculation off: ${JSON.stringify(off.speculative)}`);
 
-    fs.writeFileSync(file, "{\"speculative\": tru");  // broken: must be refused, the running config kept
-    s.proc.kill("SIGHUP");
-    await waitFor(async () => /config reload failed/.test(s.stderr), 10000, "a bad file on SIGHUP was not reported");
+    // Broken files must be refused and the running config kept: a cut one,
+    // smart quotes (a parse error inside a multi-byte character), raw bytes.
+    const broken = ["{\"speculative\": tru", "{\u201cspeculative\u201d: true}", Buffer.from([0x7b, 0x22, 0xff, 0xfe, 0x22, 0x3a, 0x31, 0x7d])];
+    for (const [i, text] of broken.entries()) {
+        fs.writeFileSync(file, text);
+        s.proc.kill("SIGHUP");
+        await waitFor(async () => (s.stderr.match(/config reload failed/g) || []).length > i, 10000, `bad file ${i} on SIGHUP was not reported`);
+        expect(s.proc.exitCode === null, `SIGHUP with bad file ${i} ended the server: ${s.stderr.slice(-300)}`);
+    }
+    expect(!/json\.exception/.test(s.stderr), "the JSON library's text reached the log");
     expect((await complete(s)).speculative.drafted === 0, "a failed reload changed the configuration");
 
     fs.writeFileSync(file, JSON.stringify({ model: target, model_draft: draft, speculative: true }));
@@ -286,6 +309,19 @@ await check("SIGHUP re-reads the config file: speculation off, then on; a bad fi
     const on = await complete(s);
     expect(on.speculative.drafted > 0, "SIGHUP did not switch speculation back on");
     return `drafted 0 after the first reload, ${on.speculative.drafted} after the second`;
+});
+
+await check("a port already in use is found before the models load: exit 1, one line naming the address", async () => {
+    const s = await startServer(["-m", target]);
+    const port = new URL(s.url).port;
+    const t0 = Date.now();
+    const busy = runSpecd(["serve", "--port", port, "-m", target, "--model-draft", draft]);
+    const line = oneErrorLine(busy, "busy port");
+    expect(line.includes(`cannot listen on 127.0.0.1:${port}`), `the line does not name the address: ${line}`);
+    expect(!/loading models/.test(busy.stderr), "the models were loaded before the port was checked");
+    s.proc.kill("SIGTERM");
+    await s.exited;
+    return `${line} (${Date.now() - t0} ms)`;
 });
 
 await check("a draft that cannot load: plain mode with a loud warning; with --require-draft exit 1, one line", async () => {

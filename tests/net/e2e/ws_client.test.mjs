@@ -98,6 +98,8 @@ function summarise(id, frames) {
             else if (f.token_ids.length !== f.from_draft.length)
                 s.bad.push(`token_ids (${f.token_ids.length}) and from_draft (${f.from_draft.length}) differ in length`);
             else if (f.token_ids.length === 0) s.bad.push("token frame without tokens");
+            else if (!Array.isArray(f.token_texts) || f.token_texts.length !== f.token_ids.length || f.token_texts.join("") !== f.text)
+                s.bad.push(`token_texts ${JSON.stringify(f.token_texts)} are not one text per token joining to ${JSON.stringify(f.text)}`);
             s.tokens.push(f);
             s.ids.push(...(f.token_ids || []));
             s.text += f.text || "";

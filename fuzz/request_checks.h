@@ -1,0 +1,73 @@
+// What the network fuzz targets (fuzz_request, fuzz_ws_message) need to
+// drive parse_generation as the server does: a chat renderer over
+// engine/chat_template.h, fixed limits, and the invariants every accepted
+// request must hold (each field within the range the API documents).
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/chat_template.h"
+#include "fuzz/reply_checks.h"
+#include "net/api.h"
+
+namespace specd::fuzz {
+
+// The server's limits (RequestLimits defaults: max_tokens_limit 4096,
+// default_max_tokens 128, max_draft_tokens 32).
+inline const net::RequestLimits& fuzz_limits() {
+    static const net::RequestLimits limits;
+    return limits;
+}
+
+// As net/server.cpp's render_chat_messages: ctx is a ChatTemplate.
+inline std::string render_with_template(const void* ctx, const std::vector<std::pair<std::string, std::string>>& messages) {
+    std::vector<ChatMessage> msgs;
+    msgs.reserve(messages.size());
+    for (const auto& [role, content] : messages) msgs.push_back(ChatMessage{role, content});
+    return static_cast<const ChatTemplate*>(ctx)->render(msgs, true);
+}
+
+// The formats a served model may have: plain (stories15M, base models) and
+// ChatML (the common instruct format, special tokens written as text).
+inline const std::vector<ChatTemplate>& fuzz_templates() {
+    static const std::vector<ChatTemplate> templates = {ChatTemplate::plain(), ChatTemplate::by_name("chatml")};
+    return templates;
+}
+
+// Float fields are compared with float bounds: 0.01 accepted becomes 0.01f,
+// which is below the double 0.01.
+template <typename T>
+void check_in(const char* target, const char* what, T x, T lo, T hi) {
+    if (!(x >= lo && x <= hi)) fail(target, std::string(what) + " = " + std::to_string(x) + " accepted outside [" +
+                                                std::to_string(lo) + ", " + std::to_string(hi) + "]");
+}
+
+// An accepted request: a prompt to run and every parameter in range.
+inline void check_parsed(const char* target, const net::ParsedRequest& p, net::ApiKind kind) {
+    const net::RequestLimits& limits = fuzz_limits();
+    const generate_request& r = p.request;
+    if (r.prompt.empty() && r.prompt_tokens.empty()) fail(target, "accepted a request without a prompt");
+    if (kind == net::ApiKind::Completion && p.chat) fail(target, "a completion request came back as chat");
+    if (kind == net::ApiKind::Chat && (!p.chat || p.messages.empty() || r.prompt.empty()))
+        fail(target, "a chat request came back without messages or a rendered prompt");
+    if (p.chat && !r.parse_special) fail(target, "a chat prompt must be tokenized with its special tokens");
+    for (const auto& [role, content] : p.messages) {
+        if (role != "system" && role != "user" && role != "assistant") fail(target, "accepted the role \"" + role + "\"");
+    }
+    for (const int32_t t : r.prompt_tokens) {
+        if (t < 0) fail(target, "accepted a negative prompt token id");
+    }
+    check_in<int32_t>(target, "max_tokens", r.max_tokens, 1, limits.max_tokens_limit);
+    check_in<float>(target, "temperature", r.sampling.temperature, 0.0f, 2.0f);
+    check_in<float>(target, "top_p", r.sampling.top_p, 0.0f, 1.0f);
+    check_in<float>(target, "min_p", r.sampling.min_p, 0.0f, 1.0f);
+    check_in<int32_t>(target, "top_k", r.sampling.top_k, 0, 1 << 20);
+    check_in<float>(target, "repeat_penalty", r.sampling.repeat_penalty, 0.01f, 10.0f);
+    if (r.speculative < -1 || r.speculative > 1) fail(target, "speculative is not -1, 0 or 1");
+    if (r.adaptive < -1 || r.adaptive > 1) fail(target, "adaptive is not -1, 0 or 1");
+    if (r.draft_max != -1) check_in<int32_t>(target, "speculative.draft_max", r.draft_max, 1, limits.max_draft_tokens);
+}
+
+}  // namespace specd::fuzz
