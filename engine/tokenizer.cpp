@@ -8,6 +8,8 @@
 #include <unordered_map>
 
 #include "engine/error.h"
+#include "engine/pretokenizer.h"
+#include "engine/tokenizer_bpe.h"
 
 namespace specd {
 
@@ -69,6 +71,11 @@ void replace_all(std::string& s, std::string_view from, std::string_view to) {
     s = std::move(result);
 }
 
+constexpr uint8_t kStripLeft = 1, kStripRight = 2;
+
+// C isspace in the "C" locale, as llama.cpp's strip attributes use it.
+bool is_c_space(char c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
+
 bool is_special_type(TokenType t) {
     return t == TokenType::Control || t == TokenType::Unknown || t == TokenType::UserDefined;
 }
@@ -81,6 +88,11 @@ struct Tokenizer::Impl {
     std::unordered_map<std::string_view, int32_t> id_by_text; // keys view vocab.tokens (Impl never moves)
     std::array<int32_t, 256> byte_token{};                    // token for each byte value, -1 if none
     std::vector<int32_t> special_ids;                         // Control/Unknown/UserDefined, longest text first
+    std::vector<uint8_t> ends_generation;                     // (n_vocab) 1 for eos, eot and eog_ids
+    std::vector<uint8_t> strips;                              // (n_vocab) kStripLeft | kStripRight
+    // Byte-level BPE only (null for SPM):
+    std::unique_ptr<PreTokenizer> pre_tokenizer;
+    std::unique_ptr<bpe::Merger> merger;
 
     TokenType type(int32_t id) const { return static_cast<TokenType>(vocab.token_types[static_cast<size_t>(id)]); }
     int32_t lookup(std::string_view text) const {
@@ -98,6 +110,7 @@ struct Tokenizer::Impl {
         return t == TokenType::Normal || t == TokenType::UserDefined ? id : -1;
     }
     void encode_spm(std::string_view text, std::vector<int32_t>& out) const;
+    void encode_bpe(std::string_view text, std::vector<int32_t>& out) const;
 };
 
 namespace {
@@ -198,6 +211,54 @@ void Tokenizer::Impl::encode_spm(std::string_view text, std::vector<int32_t>& ou
     }
 }
 
+// Byte-level BPE on one run of text without special tokens, as llama.cpp's
+// llm_tokenizer_bpe_session: pre-tokenize, then merge inside each word.
+void Tokenizer::Impl::encode_bpe(std::string_view text, std::vector<int32_t>& out) const {
+    if (text.empty()) return;
+    const PreTokenizerTraits& traits = pre_tokenizer->traits();
+    thread_local std::string escaped;
+    if (traits.escape_spaces) {
+        escaped.clear();
+        for (const char c : text) {
+            if (c == ' ') {
+                escaped += kSpaceMark;
+            } else {
+                escaped += c;
+            }
+        }
+        text = escaped;
+    }
+    thread_local std::string sanitized;
+    if (sanitize_utf8(text, sanitized)) text = sanitized;
+    thread_local std::vector<TextSpan> words;
+    words.clear();
+    pre_tokenizer->split(text, words);
+    thread_local std::string byte_level;
+    for (const TextSpan span : words) {
+        const std::string_view word = text.substr(span.offset, span.size);
+        if (traits.ignore_merges) {
+            // A word that is a token as a whole is taken as it is (llama3, tekken).
+            std::string_view whole = word;
+            if (traits.byte_level) {
+                byte_level.clear();
+                for (const char c : word) byte_level += bpe::byte_to_text(static_cast<uint8_t>(c));
+                whole = byte_level;
+            }
+            if (const int32_t id = lookup(whole); id >= 0) {
+                out.push_back(id);
+                continue;
+            }
+        }
+        if (traits.whole_newline_runs && word.find_first_not_of('\n') == std::string_view::npos) {
+            if (const int32_t id = lookup(word); id >= 0) {
+                out.push_back(id);
+                continue;
+            }
+        }
+        merger->encode_word(word, out);
+    }
+}
+
 Tokenizer::Tokenizer(VocabData v) {
     auto impl = std::make_shared<Impl>();
     const size_t n = v.tokens.size();
@@ -221,6 +282,8 @@ Tokenizer::Tokenizer(VocabData v) {
     if (v.add_bos && v.bos_id < 0) throw Error("tokenizer: add_bos is set but there is no BOS token");
     if (v.add_eos && v.eos_id < 0) throw Error("tokenizer: add_eos is set but there is no EOS token");
 
+    if (v.kind == VocabKind::Bpe) impl->pre_tokenizer = std::make_unique<PreTokenizer>(v.pre);
+    const bool byte_level = impl->pre_tokenizer && impl->pre_tokenizer->traits().byte_level;
     impl->pieces.resize(n);
     impl->byte_token.fill(-1);
     impl->id_by_text.reserve(n);
@@ -235,8 +298,13 @@ Tokenizer::Tokenizer(VocabData v) {
         std::string& piece = impl->pieces[i];
         switch (static_cast<TokenType>(type)) {
             case TokenType::Normal:
-                piece = text;
-                replace_all(piece, kSpaceMark, " ");
+                if (byte_level) {
+                    // A text with a character that stands for no byte decodes as it is written.
+                    if (!bpe::text_to_bytes(text, piece)) piece = text;
+                } else {
+                    piece = text;
+                    replace_all(piece, kSpaceMark, " ");
+                }
                 break;
             case TokenType::Byte: {
                 const int byte = parse_byte_token(text);
@@ -278,6 +346,32 @@ Tokenizer::Tokenizer(VocabData v) {
         if (id < 0) id = impl->lookup_mergeable(std::string_view(&raw, 1));  // llama.cpp's fallback: the byte as text
         impl->byte_token[static_cast<size_t>(b)] = id;
     }
+    impl->ends_generation.assign(n, 0);
+    for (const int32_t id : {vocab.eos_id, vocab.eot_id}) {
+        if (id >= 0) impl->ends_generation[static_cast<size_t>(id)] = 1;
+    }
+    for (const int32_t id : vocab.eog_ids) {
+        check_special_id("eog_ids", id, n_vocab);
+        if (id >= 0) impl->ends_generation[static_cast<size_t>(id)] = 1;
+    }
+    impl->strips.assign(n, 0);
+    for (const int32_t id : vocab.lstrip_ids) {
+        check_special_id("lstrip_ids", id, n_vocab);
+        if (id >= 0) impl->strips[static_cast<size_t>(id)] |= kStripLeft;
+    }
+    for (const int32_t id : vocab.rstrip_ids) {
+        check_special_id("rstrip_ids", id, n_vocab);
+        if (id >= 0) impl->strips[static_cast<size_t>(id)] |= kStripRight;
+    }
+    if (vocab.kind == VocabKind::Bpe) {
+        if (vocab.merges.empty()) {
+            throw Error("tokenizer: a BPE vocabulary needs merges (tokenizer.ggml.merges), and it has none");
+        }
+        const Impl& im = *impl;
+        impl->merger = std::make_unique<bpe::Merger>(
+            vocab.tokens, vocab.merges, [&im](std::string_view text) { return im.lookup(text); },
+            byte_level ? bpe::Alphabet::Bytes : bpe::Alphabet::Utf8);
+    }
     // Longer special tokens are matched first (llama.cpp's tokenizer_st_partition).
     std::stable_sort(impl->special_ids.begin(), impl->special_ids.end(), [&](int32_t a, int32_t b) {
         return vocab.tokens[static_cast<size_t>(a)].size() > vocab.tokens[static_cast<size_t>(b)].size();
@@ -294,6 +388,7 @@ int32_t Tokenizer::pad_id() const { return impl_->vocab.pad_id; }
 bool Tokenizer::add_bos() const { return impl_->vocab.add_bos; }
 bool Tokenizer::add_eos() const { return impl_->vocab.add_eos; }
 bool Tokenizer::add_space_prefix() const { return impl_->vocab.add_space_prefix; }
+VocabKind Tokenizer::kind() const { return impl_->vocab.kind; }
 const VocabData& Tokenizer::vocab() const { return impl_->vocab; }
 
 void Tokenizer::check_id(int32_t id) const {
@@ -321,7 +416,7 @@ float Tokenizer::token_score(int32_t id) const {
 int32_t Tokenizer::find_token(std::string_view text) const { return impl_->lookup(text); }
 
 bool Tokenizer::is_end_of_generation(int32_t id) const {
-    return id >= 0 && (id == impl_->vocab.eos_id || id == impl_->vocab.eot_id);
+    return id >= 0 && id < n_vocab() && impl_->ends_generation[static_cast<size_t>(id)] != 0;
 }
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos, bool parse_special) const {
@@ -342,6 +437,7 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos, bool
         const TokenType type = im.type(special);
         if (!parse_special && (type == TokenType::Control || type == TokenType::Unknown)) continue;
         const std::string& needle = vocab.tokens[static_cast<size_t>(special)];
+        const uint8_t strip = im.strips[static_cast<size_t>(special)];
         split.clear();
         for (const Fragment& f : fragments) {
             if (f.token >= 0) {
@@ -354,9 +450,16 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos, bool
             while (true) {
                 const size_t hit = searched.find(needle, pos);
                 if (hit == std::string_view::npos) break;
-                if (hit > pos) split.push_back({-1, pos, hit - pos});
+                size_t left = hit - pos;
+                if (strip & kStripLeft) {
+                    while (left > 0 && is_c_space(text[pos + left - 1])) --left;
+                }
+                if (left > 0) split.push_back({-1, pos, left});
                 split.push_back({special, 0, 0});
                 pos = hit + needle.size();
+                if (strip & kStripRight) {
+                    while (pos < end && is_c_space(text[pos])) ++pos;
+                }
             }
             if (pos < end) split.push_back({-1, pos, end - pos});
         }
@@ -375,6 +478,11 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos, bool
         if (f.token >= 0) {
             out.push_back(f.token);
             after_special = true;
+            continue;
+        }
+        if (vocab.kind == VocabKind::Bpe) {
+            im.encode_bpe(text.substr(f.offset, f.length), out);
+            after_special = false;
             continue;
         }
         normalised.clear();

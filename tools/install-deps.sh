@@ -3,12 +3,13 @@
 # runs apt-get when something is missing). Needs root or sudo. chromium is for
 # the chat page test, prometheus for promtool (the /metrics format check),
 # python3-yaml for the deploy/ checks, valgrind for the leak check,
-# iproute2 for the multi-node network-namespace test.
+# iproute2 for the multi-node network-namespace test. libpcre2-dev: the BPE
+# pre-tokenizer's regexes.
 #   tools/install-deps.sh          everything (build and test)
 #   tools/install-deps.sh --build  only what building needs (deploy/Dockerfile)
 set -euo pipefail
 packages=(build-essential cmake ninja-build pkg-config catch2 libcli11-dev nlohmann-json3-dev
-          libspdlog-dev libfmt-dev libcaf-dev libboost1.81-dev ca-certificates curl)
+          libspdlog-dev libfmt-dev libcaf-dev libboost1.81-dev libpcre2-dev ca-certificates curl)
 if [ "${1:-}" != "--build" ]; then
   packages+=(clang-14 libclang-rt-14-dev nodejs npm chromium prometheus python3 python3-yaml valgrind iproute2)
 fi
