@@ -8,6 +8,7 @@ root=$(cd "$(dirname "$0")" && pwd)
 "$root/tools/install-deps.sh"
 "$root/tools/build.sh"
 "$root/tools/fetch-model.sh"
+"$root/tools/fetch-llama-cpp-vocab.sh"   # llama.cpp's vocabulary files and tokenizer test vectors
 build=$root/build
 if [ "${SPECD_SANITIZE:-0}" = 1 ]; then
   build=$root/build-asan
