@@ -95,7 +95,7 @@ size_t align_up(size_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
 
 int64_t round16(int64_t k) { return (k + 15) / 16 * 16; }
 
-bool is_quant(TensorType t) { return t == TensorType::Q8_0 || t == TensorType::Q4_0; }
+bool is_quant(TensorType t) { return PreparedInput::quantized_layout(t); }
 
 // Bytes of the float layout, which is the larger of the two for any shape.
 size_t float_layout_bytes(int rows, int64_t k, bool panels) {
@@ -151,6 +151,11 @@ void PreparedInput::set_shape(TensorType weight_type, int rows, int64_t k) {
     kp_ = round16(k);
     panels_ = panels;
     layout();
+}
+
+bool PreparedInput::serves(TensorType type) const {
+    if (quantized_layout(type) || quantized()) return type == type_;
+    return true;
 }
 
 void PreparedInput::layout() {
@@ -321,6 +326,33 @@ void matmul_quant_scalar(const unsigned char* W, size_t row_bytes, const Prepare
 
 }  // namespace
 
+void matmul_dequant_scalar(TensorType type, const void* W, const PreparedInput& x, float* y, int64_t ldy, int64_t n0,
+                           int64_t n1) {
+    const TensorTypeTraits& tt = *tensor_type_traits(static_cast<uint32_t>(type));
+    const int64_t be = tt.block_elements, nb = x.k() / be;
+    const size_t rb = tensor_row_bytes(type, x.k());
+    float wb[kDequantMaxBlock];  // (be) one decoded block of the weight row
+    for (int64_t n = n0; n < n1; ++n) {
+        const unsigned char* w = static_cast<const unsigned char*>(W) + static_cast<size_t>(n) * rb;
+        for (int t0 = 0; t0 < x.rows(); t0 += kDequantRowGroup) {
+            const int tn = std::min(kDequantRowGroup, x.rows() - t0);
+            float acc[kDequantRowGroup] = {};  // (tn) running dots of rows t0..t0+tn
+            for (int64_t b = 0; b < nb; ++b) {
+                tt.dequantize(w + static_cast<size_t>(b) * tt.block_bytes, wb, 1);
+                for (int t = 0; t < tn; ++t) {
+                    float s = 0.0f;
+                    for (int64_t j = 0; j < be; ++j) {
+                        const int64_t k = b * be + j;
+                        s += wb[j] * x.f32_chunk(k / 16, t0 + t)[k % 16];
+                    }
+                    acc[t] += s;
+                }
+            }
+            for (int t = 0; t < tn; ++t) y[(t0 + t) * ldy + n] = acc[t];
+        }
+    }
+}
+
 void matmul_scalar(TensorType type, const void* W, const PreparedInput& x, float* y, int64_t ldy, int64_t n0,
                    int64_t n1) {
     const unsigned char* w = static_cast<const unsigned char*>(W);
@@ -331,6 +363,7 @@ void matmul_scalar(TensorType type, const void* W, const PreparedInput& x, float
         case TensorType::BF16: matmul_float_scalar<TensorType::BF16>(w, rb, x, y, ldy, n0, n1); return;
         case TensorType::Q8_0: matmul_quant_scalar<TensorType::Q8_0>(w, rb, x, y, ldy, n0, n1); return;
         case TensorType::Q4_0: matmul_quant_scalar<TensorType::Q4_0>(w, rb, x, y, ldy, n0, n1); return;
+        default: matmul_dequant_scalar(type, W, x, y, ldy, n0, n1); return;
     }
 }
 
@@ -340,7 +373,7 @@ void matmul_scalar(TensorType type, const void* W, const PreparedInput& x, float
 
 void matmul(Isa isa, TensorType type, const void* W, const PreparedInput& x, float* y, int64_t ldy, int64_t n_begin,
             int64_t n_end) {
-    if (type != x.weight_type()) {
+    if (!x.serves(type)) {
         throw Error(std::string("matmul: input prepared for ") + tensor_type_name(x.weight_type()) + " weights, called with " +
                     tensor_type_name(type));
     }

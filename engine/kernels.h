@@ -38,7 +38,9 @@ const char* isa_name(Isa isa);  // "scalar", "avx2", "avx512"
 // padded to a multiple of 16, plus a 16-row-panel transposed copy when there
 // are many rows); for q8_0/q4_0 weights they are quantised to q8_0 blocks of
 // 32 (K % 32 == 0) as ggml does, but keep their scales in f32 (ggml rounds
-// them to fp16), bit-identically on every ISA.
+// them to fp16), bit-identically on every ISA. The other quantised types
+// (q5_0, q5_1, iq4_nl, the K-quants) read the f32 layout: their kernels
+// decode a block of weights and dot it with the f32 rows.
 class PreparedInput {
 public:
     PreparedInput();
@@ -62,6 +64,13 @@ public:
     // ranges, same shape); every row must be prepared before matmul.
     void prepare_rows(Isa isa, const float* x, int64_t ldx, int row_begin, int row_end);
 
+    // True when this input, prepared for weight_type(), can feed weights of
+    // `type`: the f32 layout serves every type that reads it, the q8_0 and
+    // q4_0 layouts only their own type (their corrections differ).
+    bool serves(TensorType type) const;
+    // True when `type`'s weights read the q8_0 layout (q8_0, q4_0).
+    static bool quantized_layout(TensorType type) { return type == TensorType::Q8_0 || type == TensorType::Q4_0; }
+
     int rows() const { return rows_; }
     int64_t k() const { return k_; }
     TensorType weight_type() const { return type_; }
@@ -69,7 +78,7 @@ public:
     // ---- layout, read by the kernels (kernels_internal.h documents it) ----
     // Rows are interleaved per k-chunk / per block so a kernel reaches row
     // t0 + r of a chunk at a constant offset r * 64 (float) or r * 32 (int8).
-    bool quantized() const { return type_ == TensorType::Q8_0 || type_ == TensorType::Q4_0; }
+    bool quantized() const { return quantized_layout(type_); }
     int64_t kp() const { return kp_; }  // k rounded up to 16 (float layout)
     int64_t n_blocks() const { return k_ / kQuantBlock; }
     bool has_panels() const { return panels_; }
@@ -110,8 +119,8 @@ private:
 
 // y[t*ldy + n] = dot(W row n, x row t) for n in [n_begin, n_end), t in
 // [0, x.rows()). W: (N, K) rows in `type`'s layout, row stride
-// tensor_row_bytes(type, K); `type` must be x.weight_type(). Thread-safe for
-// disjoint n ranges; allocates nothing.
+// tensor_row_bytes(type, K); x must serve `type` (x.serves(type)). Thread-safe
+// for disjoint n ranges; allocates nothing.
 void matmul(Isa isa, TensorType type, const void* W, const PreparedInput& x, float* y, int64_t ldy, int64_t n_begin,
             int64_t n_end);
 

@@ -357,6 +357,41 @@ void matmul_avx2(TensorType type, const void* W, const PreparedInput& x, float* 
         case TensorType::BF16: matmul_float<TensorType::BF16>(w, rb, x, y, ldy, n0, n1); return;
         case TensorType::Q8_0: matmul_quant<TensorType::Q8_0>(w, rb, x, y, ldy, n0, n1); return;
         case TensorType::Q4_0: matmul_quant<TensorType::Q4_0>(w, rb, x, y, ldy, n0, n1); return;
+        default: matmul_dequant_avx2(type, W, x, y, ldy, n0, n1); return;
+    }
+}
+
+// Decode a weight block (the table's scalar dequantisation), then FMA it
+// into one accumulator per activation row; summed across lanes at the end.
+void matmul_dequant_avx2(TensorType type, const void* W, const PreparedInput& x, float* y, int64_t ldy, int64_t n0,
+                         int64_t n1) {
+    const TensorTypeTraits& tt = *tensor_type_traits(static_cast<uint32_t>(type));
+    const int64_t be = tt.block_elements, nb = x.k() / be;
+    const size_t rb = tensor_row_bytes(type, x.k());
+    alignas(32) float wb[kDequantMaxBlock];  // (be) one decoded block of the weight row
+    for (int64_t n = n0; n < n1; ++n) {
+        const unsigned char* w = static_cast<const unsigned char*>(W) + static_cast<size_t>(n) * rb;
+        for (int t0 = 0; t0 < x.rows(); t0 += kDequantRowGroup) {
+            const int tn = std::min(kDequantRowGroup, x.rows() - t0);
+            __m256 acc[kDequantRowGroup];  // (tn) per-lane running dots
+            for (int t = 0; t < tn; ++t) acc[t] = _mm256_setzero_ps();
+            for (int64_t b = 0; b < nb; ++b) {
+                const unsigned char* blk = w + static_cast<size_t>(b) * tt.block_bytes;
+                _mm_prefetch(reinterpret_cast<const char*>(blk + kQPrefetchBytes), _MM_HINT_T1);
+                tt.dequantize(blk, wb, 1);
+                const int64_t c0 = b * be / 16;
+                for (int t = 0; t < tn; ++t) {
+                    __m256 a = acc[t];
+                    for (int64_t c = 0; c < be / 16; ++c) {
+                        const float* xc = x.f32_chunk(c0 + c, t0 + t);
+                        a = _mm256_fmadd_ps(_mm256_load_ps(wb + 16 * c), _mm256_loadu_ps(xc), a);
+                        a = _mm256_fmadd_ps(_mm256_load_ps(wb + 16 * c + 8), _mm256_loadu_ps(xc + 8), a);
+                    }
+                    acc[t] = a;
+                }
+            }
+            for (int t = 0; t < tn; ++t) y[(t0 + t) * ldy + n] = hsum8(acc[t]);
+        }
     }
 }
 
@@ -608,6 +643,7 @@ void dequantize_row_avx2(TensorType type, const void* src, float* dst, int64_t n
             }
             return;
         }
+        default: dequantize_row(type, src, dst, n); return;
     }
 }
 

@@ -659,6 +659,39 @@ void matmul_avx512(TensorType type, const void* W, const PreparedInput& x, float
         case TensorType::BF16: matmul_float<TensorType::BF16>(w, rb, x, y, ldy, n0, n1); return;
         case TensorType::Q8_0: matmul_quant<TensorType::Q8_0>(w, rb, x, y, ldy, n0, n1); return;
         case TensorType::Q4_0: matmul_quant<TensorType::Q4_0>(w, rb, x, y, ldy, n0, n1); return;
+        default: matmul_dequant_avx512(type, W, x, y, ldy, n0, n1); return;
+    }
+}
+
+// Decode a weight block (the table's scalar dequantisation), then FMA it
+// into one accumulator per activation row; summed across lanes at the end.
+void matmul_dequant_avx512(TensorType type, const void* W, const PreparedInput& x, float* y, int64_t ldy, int64_t n0,
+                           int64_t n1) {
+    const TensorTypeTraits& tt = *tensor_type_traits(static_cast<uint32_t>(type));
+    const int64_t be = tt.block_elements, nb = x.k() / be;
+    const size_t rb = tensor_row_bytes(type, x.k());
+    alignas(64) float wb[kDequantMaxBlock];  // (be) one decoded block of the weight row
+    for (int64_t n = n0; n < n1; ++n) {
+        const unsigned char* w = static_cast<const unsigned char*>(W) + static_cast<size_t>(n) * rb;
+        for (int t0 = 0; t0 < x.rows(); t0 += kDequantRowGroup) {
+            const int tn = std::min(kDequantRowGroup, x.rows() - t0);
+            __m512 acc[kDequantRowGroup];  // (tn) per-lane running dots
+            for (int t = 0; t < tn; ++t) acc[t] = _mm512_setzero_ps();
+            for (int64_t b = 0; b < nb; ++b) {
+                const unsigned char* blk = w + static_cast<size_t>(b) * tt.block_bytes;
+                _mm_prefetch(reinterpret_cast<const char*>(blk + kQPrefetchBytes), _MM_HINT_T1);
+                tt.dequantize(blk, wb, 1);
+                const int64_t c0 = b * be / 16;
+                for (int t = 0; t < tn; ++t) {
+                    __m512 a = acc[t];
+                    for (int64_t c = 0; c < be / 16; ++c) {
+                        a = _mm512_fmadd_ps(_mm512_load_ps(wb + 16 * c), _mm512_loadu_ps(x.f32_chunk(c0 + c, t0 + t)), a);
+                    }
+                    acc[t] = a;
+                }
+            }
+            for (int t = 0; t < tn; ++t) y[(t0 + t) * ldy + n] = _mm512_reduce_add_ps(acc[t]);
+        }
     }
 }
 
@@ -917,6 +950,7 @@ void dequantize_row_avx512(TensorType type, const void* src, float* dst, int64_t
             }
             return;
         }
+        default: dequantize_row(type, src, dst, n); return;
     }
 }
 

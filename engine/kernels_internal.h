@@ -56,6 +56,19 @@ void quantize_act_avx512(const float* x, int64_t k, const QuantDst& dst);
 void pack_panel_avx2(const float* x, int64_t ldx, int64_t k, float* panel);
 void pack_panel_avx512(const float* x, int64_t ldx, int64_t k, float* panel);
 
+// The types without integer kernels (q5_0, q5_1, iq4_nl, the K-quants):
+// each weight block (at most kDequantMaxBlock elements) is decoded once per
+// group of up to kDequantRowGroup activation rows and dotted with their f32
+// layout. The scalar build is the reference the others are tested against.
+constexpr int kDequantMaxBlock = 256;
+constexpr int kDequantRowGroup = 16;
+void matmul_dequant_scalar(TensorType type, const void* W, const PreparedInput& x, float* y, int64_t ldy, int64_t n_begin,
+                           int64_t n_end);
+void matmul_dequant_avx2(TensorType type, const void* W, const PreparedInput& x, float* y, int64_t ldy, int64_t n_begin,
+                         int64_t n_end);
+void matmul_dequant_avx512(TensorType type, const void* W, const PreparedInput& x, float* y, int64_t ldy, int64_t n_begin,
+                           int64_t n_end);
+
 void matmul_scalar(TensorType type, const void* W, const PreparedInput& x, float* y, int64_t ldy, int64_t n_begin,
                    int64_t n_end);
 void matmul_avx2(TensorType type, const void* W, const PreparedInput& x, float* y, int64_t ldy, int64_t n_begin,
