@@ -12,6 +12,7 @@
 
 #include "engine/error.h"
 #include "engine/kernels_internal.h"
+#include "engine/quant_k.h"
 
 namespace specd {
 
@@ -153,9 +154,18 @@ void PreparedInput::set_shape(TensorType weight_type, int rows, int64_t k) {
     layout();
 }
 
+int32_t PreparedInput::correction_multiplier(TensorType type) {
+    switch (type) {
+        case TensorType::Q8_0: return -128;
+        case TensorType::Q4_0: return -8;
+        case TensorType::Q4_K:
+        case TensorType::Q6_K: return 1;
+        default: return 0;
+    }
+}
+
 bool PreparedInput::serves(TensorType type) const {
-    if (quantized_layout(type) || quantized()) return type == type_;
-    return true;
+    return correction_multiplier(type) == correction_multiplier(type_);
 }
 
 void PreparedInput::layout() {
@@ -196,7 +206,7 @@ void PreparedInput::prepare_rows(Isa isa, const float* x, int64_t ldx, int row_b
             const float* xr = x + static_cast<int64_t>(r) * ldx;
             const kern::QuantDst dst{q8_ + static_cast<int64_t>(r) * kQuantBlock, qm_ + r,
                                      static_cast<int64_t>(rows_) * kQuantBlock, rows_,
-                                     type_ == TensorType::Q8_0 ? -128 : -8};
+                                     correction_multiplier(type_)};
             switch (isa) {
                 case Isa::Avx512: kern::quantize_act_avx512(xr, k_, dst); break;
                 case Isa::Avx2: kern::quantize_act_avx2(xr, k_, dst); break;
@@ -326,6 +336,75 @@ void matmul_quant_scalar(const unsigned char* W, size_t row_bytes, const Prepare
 
 }  // namespace
 
+namespace {
+
+// Q4_K's eight 6-bit (scale, min) pairs of a super-block (scale_min_k4 of
+// quant_k.cpp, unpacked all at once).
+void q4_k_scales(const uint8_t* s, int sc[8], int m[8]) {
+    for (int g = 0; g < 4; ++g) {
+        sc[g] = s[g] & 63;
+        m[g] = s[g + 4] & 63;
+        sc[g + 4] = (s[g + 8] & 0x0f) | ((s[g] >> 6) << 4);
+        m[g + 4] = (s[g + 8] >> 4) | ((s[g + 4] >> 6) << 4);
+    }
+}
+
+// Q6_K's code (0..63) of element e (0..255) of a super-block.
+int q6_k_code(const BlockQ6_K& b, int e) {
+    const int h = e / 128, l = e % 32, part = (e % 128) / 32;
+    const uint8_t* ql = b.ql + 64 * h;
+    const uint8_t* qh = b.qh + 32 * h;
+    const int low = part == 0 ? ql[l] & 0x0f : part == 1 ? ql[l + 32] & 0x0f : part == 2 ? ql[l] >> 4 : ql[l + 32] >> 4;
+    return low | (((qh[l] >> (2 * part)) & 3) << 4);
+}
+
+}  // namespace
+
+// Q4_K and Q6_K against q8 activations (blocks of 32, corr = sum): integer
+// dot products per group of weights sharing a scale, scaled in float.
+//   Q4_K, group g of 32: dx_g * (d*sc_g * sum(q*xq) - dmin*m_g * sum(xq))
+//   Q6_K, group of 16:   dx * d*sc * sum((q - 32) * xq)
+void matmul_kq_scalar(TensorType type, const void* W, const PreparedInput& x, float* y, int64_t ldy, int64_t n0,
+                      int64_t n1) {
+    const int64_t nsb = x.k() / kSuperBlock;
+    const size_t rb = tensor_row_bytes(type, x.k());
+    for (int64_t n = n0; n < n1; ++n) {
+        const unsigned char* w = static_cast<const unsigned char*>(W) + static_cast<size_t>(n) * rb;
+        for (int t = 0; t < x.rows(); ++t) {
+            float acc = 0.0f;
+            for (int64_t sb = 0; sb < nsb; ++sb) {
+                if (type == TensorType::Q4_K) {
+                    const BlockQ4_K& b = reinterpret_cast<const BlockQ4_K*>(w)[sb];
+                    const float d = fp16_to_fp32(b.d), dmin = fp16_to_fp32(b.dmin);
+                    int sc[8], m[8];
+                    q4_k_scales(b.scales, sc, m);
+                    for (int g = 0; g < 8; ++g) {
+                        const int8_t* xq = x.q8_block(8 * sb + g, t);
+                        const QuantMeta& xm = *x.q8_meta(8 * sb + g, t);
+                        const uint8_t* q = b.qs + 32 * (g / 2);
+                        const int shift = 4 * (g % 2);
+                        int32_t isum = 0;
+                        for (int j = 0; j < 32; ++j) isum += ((q[j] >> shift) & 0x0f) * xq[j];
+                        acc += xm.d * (d * static_cast<float>(sc[g]) * static_cast<float>(isum) -
+                                       dmin * static_cast<float>(m[g]) * static_cast<float>(xm.corr));
+                    }
+                } else {
+                    const BlockQ6_K& b = reinterpret_cast<const BlockQ6_K*>(w)[sb];
+                    const float d = fp16_to_fp32(b.d);
+                    for (int g = 0; g < 16; ++g) {
+                        const int64_t blk = 8 * sb + g / 2;
+                        const int8_t* xq = x.q8_block(blk, t) + 16 * (g % 2);
+                        int32_t isum = 0;
+                        for (int j = 0; j < 16; ++j) isum += (q6_k_code(b, 16 * g + j) - 32) * xq[j];
+                        acc += x.q8_scale(blk, t) * (d * static_cast<float>(b.scales[g]) * static_cast<float>(isum));
+                    }
+                }
+            }
+            y[t * ldy + n] = acc;
+        }
+    }
+}
+
 void matmul_dequant_scalar(TensorType type, const void* W, const PreparedInput& x, float* y, int64_t ldy, int64_t n0,
                            int64_t n1) {
     const TensorTypeTraits& tt = *tensor_type_traits(static_cast<uint32_t>(type));
@@ -363,6 +442,8 @@ void matmul_scalar(TensorType type, const void* W, const PreparedInput& x, float
         case TensorType::BF16: matmul_float_scalar<TensorType::BF16>(w, rb, x, y, ldy, n0, n1); return;
         case TensorType::Q8_0: matmul_quant_scalar<TensorType::Q8_0>(w, rb, x, y, ldy, n0, n1); return;
         case TensorType::Q4_0: matmul_quant_scalar<TensorType::Q4_0>(w, rb, x, y, ldy, n0, n1); return;
+        case TensorType::Q4_K:
+        case TensorType::Q6_K: matmul_kq_scalar(type, W, x, y, ldy, n0, n1); return;
         default: matmul_dequant_scalar(type, W, x, y, ldy, n0, n1); return;
     }
 }

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "engine/kernels_internal.h"
+#include "engine/quant_k.h"
 
 namespace specd::kern {
 
@@ -338,6 +339,136 @@ void matmul_quant(const unsigned char* W, size_t rb, const PreparedInput& x, flo
     }
 }
 
+// ------------------------------------------------ Q4_K / Q6_K, q8 activations ---
+// One weight row at a time, lanes along K: each 32-weight stretch of codes
+// is multiplied with a row's int8 values by vpmaddubsw (unsigned codes times
+// signed values; no pair exceeds 2*63*127, so nothing saturates) and
+// vpmaddwd into 8 lane sums that share one or two scales.
+
+// Q4_K's 6-bit scales (bytes 0..7) and mins (bytes 8..15) of a super-block.
+inline __m128i q4_k_scale_bytes(const uint8_t* s) {
+    uint32_t w0, w1, w2;
+    std::memcpy(&w0, s, 4);
+    std::memcpy(&w1, s + 4, 4);
+    std::memcpy(&w2, s + 8, 4);
+    const uint32_t sc_lo = w0 & 0x3f3f3f3fu, m_lo = w1 & 0x3f3f3f3fu;
+    const uint32_t sc_hi = (w2 & 0x0f0f0f0fu) | (((w0 >> 6) & 0x03030303u) << 4);
+    const uint32_t m_hi = ((w2 >> 4) & 0x0f0f0f0fu) | (((w1 >> 6) & 0x03030303u) << 4);
+    return _mm_setr_epi32(static_cast<int>(sc_lo), static_cast<int>(sc_hi), static_cast<int>(m_lo), static_cast<int>(m_hi));
+}
+
+// 8 int32 sums of 4 products each: codes (unsigned) times 32 int8 activations.
+inline __m256i dot_u8_s8(__m256i codes, const int8_t* a) {
+    const __m256i p = _mm256_maddubs_epi16(codes, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a)));
+    return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+}
+
+void kq_q4_k(const unsigned char* W, size_t rb, const PreparedInput& x, float* y, int64_t ldy, int64_t n0, int64_t n1) {
+    const int64_t nsb = x.k() / kSuperBlock;
+    const int rows = x.rows();
+    const int64_t st = static_cast<int64_t>(rows) * 32;  // int8 between blocks b and b+1 of one row
+    const __m256i meta_idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14), _mm256_set1_epi32(rows));
+    const __m256i low4 = _mm256_set1_epi8(0x0f);
+    for (int64_t n = n0; n < n1; ++n) {
+        const BlockQ4_K* blocks = reinterpret_cast<const BlockQ4_K*>(W + n * rb);
+        for (int t0 = 0; t0 < rows; t0 += kDequantRowGroup) {
+            const int tn = std::min(kDequantRowGroup, rows - t0);
+            __m256 acc[kDequantRowGroup];   // (tn) d*sc*dx * sum(q*xq), per lane
+            __m256 accm[kDequantRowGroup];  // (tn) dmin*m*dx * sum(xq), per group
+            for (int t = 0; t < tn; ++t) acc[t] = accm[t] = _mm256_setzero_ps();
+            for (int64_t sb = 0; sb < nsb; ++sb) {
+                const BlockQ4_K& b = blocks[sb];
+                _mm_prefetch(reinterpret_cast<const char*>(&b) + kQPrefetchBytes, _MM_HINT_T1);
+                _mm_prefetch(reinterpret_cast<const char*>(&b) + kQPrefetchBytes + 64, _MM_HINT_T1);
+                _mm_prefetch(reinterpret_cast<const char*>(&b) + kQPrefetchBytes + 128, _MM_HINT_T1);
+                __m256i c[8];  // codes of group g (32 weights)
+                for (int s = 0; s < 4; ++s) {
+                    const __m256i z = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 32 * s));
+                    c[2 * s] = _mm256_and_si256(z, low4);
+                    c[2 * s + 1] = _mm256_and_si256(_mm256_srli_epi16(z, 4), low4);
+                }
+                const __m128i sm = q4_k_scale_bytes(b.scales);
+                const __m256 dsc = _mm256_mul_ps(_mm256_set1_ps(fp16_to_fp32(b.d)), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(sm)));
+                const __m256 dm = _mm256_mul_ps(_mm256_set1_ps(fp16_to_fp32(b.dmin)),
+                                                _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(sm, 8))));
+                for (int t = 0; t < tn; ++t) {
+                    const int8_t* a = x.q8_block(8 * sb, t0 + t);
+                    const QuantMeta* m = x.q8_meta(8 * sb, t0 + t);
+                    const __m256 dx = _mm256_i32gather_ps(&m->d, meta_idx, 4);
+                    const __m256i sums = _mm256_i32gather_epi32(&m->corr, meta_idx, 4);
+                    const __m256 s = _mm256_mul_ps(dsc, dx);
+                    __m256 f = acc[t];
+                    for (int g = 0; g < 8; ++g) {
+                        const __m256 sg = _mm256_permutevar8x32_ps(s, _mm256_set1_epi32(g));
+                        f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_u8_s8(c[g], a + g * st)), sg, f);
+                    }
+                    acc[t] = f;
+                    accm[t] = _mm256_fmadd_ps(_mm256_mul_ps(dm, dx), _mm256_cvtepi32_ps(sums), accm[t]);
+                }
+            }
+            for (int t = 0; t < tn; ++t) y[(t0 + t) * ldy + n] = hsum8(acc[t]) - hsum8(accm[t]);
+        }
+    }
+}
+
+void kq_q6_k(const unsigned char* W, size_t rb, const PreparedInput& x, float* y, int64_t ldy, int64_t n0, int64_t n1) {
+    const int64_t nsb = x.k() / kSuperBlock;
+    const int rows = x.rows();
+    const int64_t st = static_cast<int64_t>(rows) * 32;
+    const __m256i low4 = _mm256_set1_epi8(0x0f), low2 = _mm256_set1_epi8(0x03), k32 = _mm256_set1_epi8(32);
+    // Lanes 0..3 take scale 2j, lanes 4..7 scale 2j+1, for the j-th 32 weights.
+    __m128i pat[8];
+    for (int j = 0; j < 8; ++j) {
+        alignas(16) int8_t p[16] = {};
+        for (int l = 0; l < 8; ++l) p[l] = static_cast<int8_t>(2 * j + l / 4);
+        pat[j] = _mm_load_si128(reinterpret_cast<const __m128i*>(p));
+    }
+    for (int64_t n = n0; n < n1; ++n) {
+        const BlockQ6_K* blocks = reinterpret_cast<const BlockQ6_K*>(W + n * rb);
+        for (int t0 = 0; t0 < rows; t0 += kDequantRowGroup) {
+            const int tn = std::min(kDequantRowGroup, rows - t0);
+            __m256 acc[kDequantRowGroup];  // (tn) d*sc*dx * sum((q-32)*xq), per lane
+            for (int t = 0; t < tn; ++t) acc[t] = _mm256_setzero_ps();
+            for (int64_t sb = 0; sb < nsb; ++sb) {
+                const BlockQ6_K& b = blocks[sb];
+                for (int o = 0; o < 256; o += 64) _mm_prefetch(reinterpret_cast<const char*>(&b) + kQPrefetchBytes + o, _MM_HINT_T1);
+                const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales));
+                const __m256 d = _mm256_set1_ps(fp16_to_fp32(b.d));
+                __m256i c[8];   // codes of weights 32j .. 32j+31
+                __m256 s[8];    // d * the scale of each lane's 16 weights
+                for (int h = 0; h < 2; ++h) {
+                    const __m256i ql0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.ql + 64 * h));
+                    const __m256i ql1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.ql + 64 * h + 32));
+                    const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh + 32 * h));
+                    auto high = [&](int shift) {
+                        return _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, shift), low2), 4);
+                    };
+                    c[4 * h] = _mm256_or_si256(_mm256_and_si256(ql0, low4), high(0));
+                    c[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(ql1, low4), high(2));
+                    c[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4), high(4));
+                    c[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4), high(6));
+                }
+                for (int j = 0; j < 8; ++j) {
+                    s[j] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_shuffle_epi8(sc, pat[j]))));
+                }
+                for (int t = 0; t < tn; ++t) {
+                    const int8_t* a = x.q8_block(8 * sb, t0 + t);
+                    const QuantMeta* m = x.q8_meta(8 * sb, t0 + t);
+                    __m256 f = acc[t];
+                    for (int j = 0; j < 8; ++j) {
+                        const __m256i av = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + j * st));
+                        const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(c[j], av), _mm256_maddubs_epi16(k32, av));
+                        const __m256i i = _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+                        f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i), _mm256_mul_ps(s[j], _mm256_set1_ps(m[j * rows].d)), f);
+                    }
+                    acc[t] = f;
+                }
+            }
+            for (int t = 0; t < tn; ++t) y[(t0 + t) * ldy + n] = hsum8(acc[t]);
+        }
+    }
+}
+
 template <TensorType T>
 void matmul_float(const unsigned char* W, size_t rb, const PreparedInput& x, float* y, int64_t ldy, int64_t n0,
                   int64_t n1) {
@@ -357,6 +488,8 @@ void matmul_avx2(TensorType type, const void* W, const PreparedInput& x, float* 
         case TensorType::BF16: matmul_float<TensorType::BF16>(w, rb, x, y, ldy, n0, n1); return;
         case TensorType::Q8_0: matmul_quant<TensorType::Q8_0>(w, rb, x, y, ldy, n0, n1); return;
         case TensorType::Q4_0: matmul_quant<TensorType::Q4_0>(w, rb, x, y, ldy, n0, n1); return;
+        case TensorType::Q4_K: kq_q4_k(w, rb, x, y, ldy, n0, n1); return;
+        case TensorType::Q6_K: kq_q6_k(w, rb, x, y, ldy, n0, n1); return;
         default: matmul_dequant_avx2(type, W, x, y, ldy, n0, n1); return;
     }
 }
