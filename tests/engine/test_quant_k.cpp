@@ -22,6 +22,7 @@
 #include "engine/forward.h"
 #include "engine/gguf.h"
 #include "engine/kernels.h"
+#include "engine/model_integrity.h"
 #include "engine/quant_k.h"
 #include "engine/reference_forward.h"
 #include "engine/role_input.h"
@@ -447,7 +448,8 @@ TEST_CASE("a model mixing every read-only type per layer and role: the fast forw
     std::remove(path.c_str());
 }
 
-TEST_CASE("a file with a NaN scale in a K-quant block is refused in one line naming the tensor", "[quant_k]") {
+TEST_CASE("a file with a NaN scale in a K-quant block is refused in one line naming the tensor, by the loader and by "
+          "the integrity check", "[quant_k]") {
     for (TensorType t : {TensorType::Q4_K, TensorType::Q6_K, TensorType::Q5_0, TensorType::IQ4_XS}) {
         const std::string path = write_mixed_model(test::temp_path("corrupt-k.gguf"), 12, t);
         INFO(tensor_type_name(t));
@@ -460,6 +462,8 @@ TEST_CASE("a file with a NaN scale in a K-quant block is refused in one line nam
             CHECK_THAT(msg, Catch::Contains(std::string("(") + tensor_type_name(t) + ") block 3 has a NaN or infinite scale"));
             CHECK_THAT(msg, Catch::Contains(".weight'"));
         }
+        // `specd verify` and the pre-serve check refuse it too.
+        CHECK_THROWS_WITH(verify_model_file(path), Catch::Contains("block 3 has a NaN or infinite scale"));
         std::remove(path.c_str());
     }
 }
