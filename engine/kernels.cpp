@@ -159,6 +159,7 @@ int32_t PreparedInput::correction_multiplier(TensorType type) {
         case TensorType::Q8_0: return -128;
         case TensorType::Q4_0: return -8;
         case TensorType::Q4_K:
+        case TensorType::Q5_K:
         case TensorType::Q6_K: return 1;
         default: return 0;
     }
@@ -360,9 +361,9 @@ int q6_k_code(const BlockQ6_K& b, int e) {
 
 }  // namespace
 
-// Q4_K and Q6_K against q8 activations (blocks of 32, corr = sum): integer
-// dot products per group of weights sharing a scale, scaled in float.
-//   Q4_K, group g of 32: dx_g * (d*sc_g * sum(q*xq) - dmin*m_g * sum(xq))
+// Q4_K, Q5_K and Q6_K against q8 activations (blocks of 32, corr = sum):
+// integer dot products per group of weights sharing a scale, scaled in float.
+//   Q4_K/Q5_K, group g of 32: dx_g * (d*sc_g * sum(q*xq) - dmin*m_g * sum(xq))
 //   Q6_K, group of 16:   dx * d*sc * sum((q - 32) * xq)
 void matmul_kq_scalar(TensorType type, const void* W, const PreparedInput& x, float* y, int64_t ldy, int64_t n0,
                       int64_t n1) {
@@ -373,18 +374,27 @@ void matmul_kq_scalar(TensorType type, const void* W, const PreparedInput& x, fl
         for (int t = 0; t < x.rows(); ++t) {
             float acc = 0.0f;
             for (int64_t sb = 0; sb < nsb; ++sb) {
-                if (type == TensorType::Q4_K) {
-                    const BlockQ4_K& b = reinterpret_cast<const BlockQ4_K*>(w)[sb];
-                    const float d = fp16_to_fp32(b.d), dmin = fp16_to_fp32(b.dmin);
+                if (type == TensorType::Q4_K || type == TensorType::Q5_K) {
+                    // Q5_K is Q4_K with a fifth bit per code: group g's in bit g of qh[j].
+                    const bool q5 = type == TensorType::Q5_K;
+                    const BlockQ4_K* b4 = reinterpret_cast<const BlockQ4_K*>(w) + sb;
+                    const BlockQ5_K* b5 = reinterpret_cast<const BlockQ5_K*>(w) + sb;
+                    const uint16_t d16 = q5 ? b5->d : b4->d, dmin16 = q5 ? b5->dmin : b4->dmin;
+                    const uint8_t* scales = q5 ? b5->scales : b4->scales;
+                    const uint8_t* qs = q5 ? b5->qs : b4->qs;
+                    const float d = fp16_to_fp32(d16), dmin = fp16_to_fp32(dmin16);
                     int sc[8], m[8];
-                    q4_k_scales(b.scales, sc, m);
+                    q4_k_scales(scales, sc, m);
                     for (int g = 0; g < 8; ++g) {
                         const int8_t* xq = x.q8_block(8 * sb + g, t);
                         const QuantMeta& xm = *x.q8_meta(8 * sb + g, t);
-                        const uint8_t* q = b.qs + 32 * (g / 2);
+                        const uint8_t* q = qs + 32 * (g / 2);
                         const int shift = 4 * (g % 2);
                         int32_t isum = 0;
-                        for (int j = 0; j < 32; ++j) isum += ((q[j] >> shift) & 0x0f) * xq[j];
+                        for (int j = 0; j < 32; ++j) {
+                            const int high = q5 ? ((b5->qh[j] >> g) & 1) << 4 : 0;
+                            isum += (((q[j] >> shift) & 0x0f) | high) * xq[j];
+                        }
                         acc += xm.d * (d * static_cast<float>(sc[g]) * static_cast<float>(isum) -
                                        dmin * static_cast<float>(m[g]) * static_cast<float>(xm.corr));
                     }
@@ -443,6 +453,7 @@ void matmul_scalar(TensorType type, const void* W, const PreparedInput& x, float
         case TensorType::Q8_0: matmul_quant_scalar<TensorType::Q8_0>(w, rb, x, y, ldy, n0, n1); return;
         case TensorType::Q4_0: matmul_quant_scalar<TensorType::Q4_0>(w, rb, x, y, ldy, n0, n1); return;
         case TensorType::Q4_K:
+        case TensorType::Q5_K:
         case TensorType::Q6_K: matmul_kq_scalar(type, W, x, y, ldy, n0, n1); return;
         default: matmul_dequant_scalar(type, W, x, y, ldy, n0, n1); return;
     }

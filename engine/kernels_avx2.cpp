@@ -339,7 +339,7 @@ void matmul_quant(const unsigned char* W, size_t rb, const PreparedInput& x, flo
     }
 }
 
-// ------------------------------------------------ Q4_K / Q6_K, q8 activations ---
+// ------------------------------------------ Q4_K / Q5_K / Q6_K, q8 activations ---
 // One weight row at a time, lanes along K: each 32-weight stretch of codes
 // is multiplied with a row's int8 values by vpmaddubsw (unsigned codes times
 // signed values; no pair exceeds 2*63*127, so nothing saturates) and
@@ -363,108 +363,146 @@ inline __m256i dot_u8_s8(__m256i codes, const int8_t* a) {
     return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
 }
 
-void kq_q4_k(const unsigned char* W, size_t rb, const PreparedInput& x, float* y, int64_t ldy, int64_t n0, int64_t n1) {
-    const int64_t nsb = x.k() / kSuperBlock;
+// Most activation rows whose accumulators stay in registers.
+constexpr int kKqRows = 4;
+
+// Q4_K or Q5_K (Block) for weight row n and activation rows t0 .. t0+NR.
+template <class Block, int NR>
+inline __attribute__((always_inline)) void q4_k_row(const Block* blocks, int64_t nsb, const PreparedInput& x, int t0,
+                                                    float* y, int64_t ldy) {
     const int rows = x.rows();
     const int64_t st = static_cast<int64_t>(rows) * 32;  // int8 between blocks b and b+1 of one row
     const __m256i meta_idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14), _mm256_set1_epi32(rows));
-    const __m256i low4 = _mm256_set1_epi8(0x0f);
-    for (int64_t n = n0; n < n1; ++n) {
-        const BlockQ4_K* blocks = reinterpret_cast<const BlockQ4_K*>(W + n * rb);
-        for (int t0 = 0; t0 < rows; t0 += kDequantRowGroup) {
-            const int tn = std::min(kDequantRowGroup, rows - t0);
-            __m256 acc[kDequantRowGroup];   // (tn) d*sc*dx * sum(q*xq), per lane
-            __m256 accm[kDequantRowGroup];  // (tn) dmin*m*dx * sum(xq), per group
-            for (int t = 0; t < tn; ++t) acc[t] = accm[t] = _mm256_setzero_ps();
-            for (int64_t sb = 0; sb < nsb; ++sb) {
-                const BlockQ4_K& b = blocks[sb];
-                _mm_prefetch(reinterpret_cast<const char*>(&b) + kQPrefetchBytes, _MM_HINT_T1);
-                _mm_prefetch(reinterpret_cast<const char*>(&b) + kQPrefetchBytes + 64, _MM_HINT_T1);
-                _mm_prefetch(reinterpret_cast<const char*>(&b) + kQPrefetchBytes + 128, _MM_HINT_T1);
-                __m256i c[8];  // codes of group g (32 weights)
-                for (int s = 0; s < 4; ++s) {
-                    const __m256i z = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 32 * s));
-                    c[2 * s] = _mm256_and_si256(z, low4);
-                    c[2 * s + 1] = _mm256_and_si256(_mm256_srli_epi16(z, 4), low4);
-                }
-                const __m128i sm = q4_k_scale_bytes(b.scales);
-                const __m256 dsc = _mm256_mul_ps(_mm256_set1_ps(fp16_to_fp32(b.d)), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(sm)));
-                const __m256 dm = _mm256_mul_ps(_mm256_set1_ps(fp16_to_fp32(b.dmin)),
-                                                _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(sm, 8))));
-                for (int t = 0; t < tn; ++t) {
-                    const int8_t* a = x.q8_block(8 * sb, t0 + t);
-                    const QuantMeta* m = x.q8_meta(8 * sb, t0 + t);
-                    const __m256 dx = _mm256_i32gather_ps(&m->d, meta_idx, 4);
-                    const __m256i sums = _mm256_i32gather_epi32(&m->corr, meta_idx, 4);
-                    const __m256 s = _mm256_mul_ps(dsc, dx);
-                    __m256 f = acc[t];
-                    for (int g = 0; g < 8; ++g) {
-                        const __m256 sg = _mm256_permutevar8x32_ps(s, _mm256_set1_epi32(g));
-                        f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_u8_s8(c[g], a + g * st)), sg, f);
-                    }
-                    acc[t] = f;
-                    accm[t] = _mm256_fmadd_ps(_mm256_mul_ps(dm, dx), _mm256_cvtepi32_ps(sums), accm[t]);
-                }
+    const __m256i low4 = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
+    __m256 acc[NR];   // d*sc*dx * sum(q*xq), per lane
+    __m256 accm[NR];  // dmin*m*dx * sum(xq), per group
+    for (int r = 0; r < NR; ++r) acc[r] = accm[r] = _mm256_setzero_ps();
+    for (int64_t sb = 0; sb < nsb; ++sb) {
+        const Block& b = blocks[sb];
+        for (size_t o = 0; o < sizeof(Block); o += 64) {
+            _mm_prefetch(reinterpret_cast<const char*>(&b) + kQPrefetchBytes + o, _MM_HINT_T1);
+        }
+        __m256i c[8];  // codes of group g (32 weights)
+        for (int s = 0; s < 4; ++s) {
+            const __m256i z = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 32 * s));
+            c[2 * s] = _mm256_and_si256(z, low4);
+            c[2 * s + 1] = _mm256_and_si256(_mm256_srli_epi16(z, 4), low4);
+        }
+        if constexpr (std::is_same_v<Block, BlockQ5_K>) {
+            // Fifth bits: group g's in bit g of qh[l].
+            const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh));
+            for (int g = 0; g < 8; ++g) {
+                const __m256i bit = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(g)), one);
+                c[g] = _mm256_or_si256(c[g], _mm256_slli_epi16(bit, 4));
             }
-            for (int t = 0; t < tn; ++t) y[(t0 + t) * ldy + n] = hsum8(acc[t]) - hsum8(accm[t]);
+        }
+        const __m128i sm = q4_k_scale_bytes(b.scales);
+        const __m256 dsc = _mm256_mul_ps(_mm256_set1_ps(fp16_to_fp32(b.d)), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(sm)));
+        const __m256 dm = _mm256_mul_ps(_mm256_set1_ps(fp16_to_fp32(b.dmin)),
+                                        _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(sm, 8))));
+        for (int r = 0; r < NR; ++r) {
+            const int8_t* a = x.q8_block(8 * sb, t0 + r);
+            const QuantMeta* m = x.q8_meta(8 * sb, t0 + r);
+            __m256 dx;
+            __m256i sums;
+            if (rows == 1) {  // the 8 {corr, d} pairs are contiguous: deinterleave
+                const __m256i m0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(m));
+                const __m256i m1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(m + 4));
+                const __m256i even = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+                const __m256i p0 = _mm256_permutevar8x32_epi32(m0, even), p1 = _mm256_permutevar8x32_epi32(m1, even);
+                sums = _mm256_permute2x128_si256(p0, p1, 0x20);
+                dx = _mm256_castsi256_ps(_mm256_permute2x128_si256(p0, p1, 0x31));
+            } else {
+                dx = _mm256_i32gather_ps(&m->d, meta_idx, 4);
+                sums = _mm256_i32gather_epi32(&m->corr, meta_idx, 4);
+            }
+            const __m256 s = _mm256_mul_ps(dsc, dx);
+            __m256 f = acc[r];
+            for (int g = 0; g < 8; ++g) {
+                const __m256 sg = _mm256_permutevar8x32_ps(s, _mm256_set1_epi32(g));
+                f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_u8_s8(c[g], a + g * st)), sg, f);
+            }
+            acc[r] = f;
+            accm[r] = _mm256_fmadd_ps(_mm256_mul_ps(dm, dx), _mm256_cvtepi32_ps(sums), accm[r]);
         }
     }
+    for (int r = 0; r < NR; ++r) y[(t0 + r) * ldy] = hsum8(acc[r]) - hsum8(accm[r]);
 }
 
-void kq_q6_k(const unsigned char* W, size_t rb, const PreparedInput& x, float* y, int64_t ldy, int64_t n0, int64_t n1) {
-    const int64_t nsb = x.k() / kSuperBlock;
+// Q6_K for weight row n and activation rows t0 .. t0+NR.
+template <int NR>
+inline __attribute__((always_inline)) void q6_k_row(const BlockQ6_K* blocks, int64_t nsb, const PreparedInput& x, int t0,
+                                                    float* y, int64_t ldy) {
     const int rows = x.rows();
     const int64_t st = static_cast<int64_t>(rows) * 32;
     const __m256i low4 = _mm256_set1_epi8(0x0f), low2 = _mm256_set1_epi8(0x03), k32 = _mm256_set1_epi8(32);
     // Lanes 0..3 take scale 2j, lanes 4..7 scale 2j+1, for the j-th 32 weights.
-    __m128i pat[8];
-    for (int j = 0; j < 8; ++j) {
-        alignas(16) int8_t p[16] = {};
-        for (int l = 0; l < 8; ++l) p[l] = static_cast<int8_t>(2 * j + l / 4);
-        pat[j] = _mm_load_si128(reinterpret_cast<const __m128i*>(p));
-    }
-    for (int64_t n = n0; n < n1; ++n) {
-        const BlockQ6_K* blocks = reinterpret_cast<const BlockQ6_K*>(W + n * rb);
-        for (int t0 = 0; t0 < rows; t0 += kDequantRowGroup) {
-            const int tn = std::min(kDequantRowGroup, rows - t0);
-            __m256 acc[kDequantRowGroup];  // (tn) d*sc*dx * sum((q-32)*xq), per lane
-            for (int t = 0; t < tn; ++t) acc[t] = _mm256_setzero_ps();
-            for (int64_t sb = 0; sb < nsb; ++sb) {
-                const BlockQ6_K& b = blocks[sb];
-                for (int o = 0; o < 256; o += 64) _mm_prefetch(reinterpret_cast<const char*>(&b) + kQPrefetchBytes + o, _MM_HINT_T1);
-                const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales));
-                const __m256 d = _mm256_set1_ps(fp16_to_fp32(b.d));
-                __m256i c[8];   // codes of weights 32j .. 32j+31
-                __m256 s[8];    // d * the scale of each lane's 16 weights
-                for (int h = 0; h < 2; ++h) {
-                    const __m256i ql0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.ql + 64 * h));
-                    const __m256i ql1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.ql + 64 * h + 32));
-                    const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh + 32 * h));
-                    auto high = [&](int shift) {
-                        return _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, shift), low2), 4);
-                    };
-                    c[4 * h] = _mm256_or_si256(_mm256_and_si256(ql0, low4), high(0));
-                    c[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(ql1, low4), high(2));
-                    c[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4), high(4));
-                    c[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4), high(6));
-                }
-                for (int j = 0; j < 8; ++j) {
-                    s[j] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_shuffle_epi8(sc, pat[j]))));
-                }
-                for (int t = 0; t < tn; ++t) {
-                    const int8_t* a = x.q8_block(8 * sb, t0 + t);
-                    const QuantMeta* m = x.q8_meta(8 * sb, t0 + t);
-                    __m256 f = acc[t];
-                    for (int j = 0; j < 8; ++j) {
-                        const __m256i av = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + j * st));
-                        const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(c[j], av), _mm256_maddubs_epi16(k32, av));
-                        const __m256i i = _mm256_madd_epi16(p, _mm256_set1_epi16(1));
-                        f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i), _mm256_mul_ps(s[j], _mm256_set1_ps(m[j * rows].d)), f);
-                    }
-                    acc[t] = f;
-                }
+    const __m128i pat0 = _mm_setr_epi8(0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+    __m256 acc[NR];  // d*sc*dx * sum((q-32)*xq), per lane
+    for (int r = 0; r < NR; ++r) acc[r] = _mm256_setzero_ps();
+    for (int64_t sb = 0; sb < nsb; ++sb) {
+        const BlockQ6_K& b = blocks[sb];
+        for (size_t o = 0; o < sizeof(BlockQ6_K); o += 64) {
+            _mm_prefetch(reinterpret_cast<const char*>(&b) + kQPrefetchBytes + o, _MM_HINT_T1);
+        }
+        const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales));
+        const __m256 d = _mm256_set1_ps(fp16_to_fp32(b.d));
+        __m256i c[8];  // codes of weights 32j .. 32j+31
+        __m256 s[8];   // d * the scale of each lane's 16 weights
+        for (int h = 0; h < 2; ++h) {
+            const __m256i ql0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.ql + 64 * h));
+            const __m256i ql1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.ql + 64 * h + 32));
+            const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh + 32 * h));
+            auto high = [&](int shift) {
+                return _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(shift)), low2), 4);
+            };
+            c[4 * h] = _mm256_or_si256(_mm256_and_si256(ql0, low4), high(0));
+            c[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(ql1, low4), high(2));
+            c[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4), high(4));
+            c[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4), high(6));
+        }
+        for (int j = 0; j < 8; ++j) {
+            const __m128i pat = _mm_add_epi8(pat0, _mm_set1_epi8(static_cast<char>(2 * j)));
+            s[j] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_shuffle_epi8(sc, pat))));
+        }
+        for (int r = 0; r < NR; ++r) {
+            const int8_t* a = x.q8_block(8 * sb, t0 + r);
+            const QuantMeta* m = x.q8_meta(8 * sb, t0 + r);
+            __m256 f = acc[r];
+            for (int j = 0; j < 8; ++j) {
+                const __m256i av = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + j * st));
+                const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(c[j], av), _mm256_maddubs_epi16(k32, av));
+                const __m256i i = _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+                f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i), _mm256_mul_ps(s[j], _mm256_set1_ps(m[j * rows].d)), f);
             }
-            for (int t = 0; t < tn; ++t) y[(t0 + t) * ldy + n] = hsum8(acc[t]);
+            acc[r] = f;
+        }
+    }
+    for (int r = 0; r < NR; ++r) y[(t0 + r) * ldy] = hsum8(acc[r]);
+}
+
+template <class Block, int NR>
+void kq_rows_n(int nr, const Block* blocks, int64_t nsb, const PreparedInput& x, int t0, float* y, int64_t ldy) {
+    if constexpr (NR > 0) {
+        if (nr == NR) {
+            if constexpr (std::is_same_v<Block, BlockQ6_K>) q6_k_row<NR>(blocks, nsb, x, t0, y, ldy);
+            else q4_k_row<Block, NR>(blocks, nsb, x, t0, y, ldy);
+            return;
+        }
+        kq_rows_n<Block, NR - 1>(nr, blocks, nsb, x, t0, y, ldy);
+    }
+}
+
+// Weight row by weight row (each read once from memory; its codes decoded
+// once per group of up to kKqRows activation rows).
+template <class Block>
+void kq_matmul(const unsigned char* W, size_t rb, const PreparedInput& x, float* y, int64_t ldy, int64_t n0, int64_t n1) {
+    const int64_t nsb = x.k() / kSuperBlock;
+    const int rows = x.rows();
+    for (int64_t n = n0; n < n1; ++n) {
+        const Block* blocks = reinterpret_cast<const Block*>(W + n * rb);
+        for (int t0 = 0; t0 < rows; t0 += kKqRows) {
+            kq_rows_n<Block, kKqRows>(std::min(kKqRows, rows - t0), blocks, nsb, x, t0, y + n, ldy);
         }
     }
 }
@@ -488,8 +526,9 @@ void matmul_avx2(TensorType type, const void* W, const PreparedInput& x, float* 
         case TensorType::BF16: matmul_float<TensorType::BF16>(w, rb, x, y, ldy, n0, n1); return;
         case TensorType::Q8_0: matmul_quant<TensorType::Q8_0>(w, rb, x, y, ldy, n0, n1); return;
         case TensorType::Q4_0: matmul_quant<TensorType::Q4_0>(w, rb, x, y, ldy, n0, n1); return;
-        case TensorType::Q4_K: kq_q4_k(w, rb, x, y, ldy, n0, n1); return;
-        case TensorType::Q6_K: kq_q6_k(w, rb, x, y, ldy, n0, n1); return;
+        case TensorType::Q4_K: kq_matmul<BlockQ4_K>(w, rb, x, y, ldy, n0, n1); return;
+        case TensorType::Q5_K: kq_matmul<BlockQ5_K>(w, rb, x, y, ldy, n0, n1); return;
+        case TensorType::Q6_K: kq_matmul<BlockQ6_K>(w, rb, x, y, ldy, n0, n1); return;
         default: matmul_dequant_avx2(type, W, x, y, ldy, n0, n1); return;
     }
 }

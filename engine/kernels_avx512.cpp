@@ -641,7 +641,7 @@ void matmul_quant(const unsigned char* W, size_t rb, const PreparedInput& x, flo
     else q_buffered<T>(W, rb, x, y, ldy, n0, n1);
 }
 
-// ------------------------------------------------ Q4_K / Q6_K, q8 activations ---
+// ------------------------------------------ Q4_K / Q5_K / Q6_K, q8 activations ---
 // One weight row at a time, lanes along K: the super-block's codes are
 // decoded once into registers and used by up to kDequantRowGroup activation
 // rows; vpdpbusd multiplies the unsigned codes with the rows' int8 values,
@@ -671,69 +671,89 @@ SPECD_INLINE float hsum8_512(__m256 v) {
     return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
 }
 
-SPECD_INLINE void prefetch_block(const unsigned char* p, size_t bytes, const unsigned char* end) {
-    for (size_t o = 0; o < bytes; o += 64) {
-        if (p + o < end) _mm_prefetch(reinterpret_cast<const char*>(p + o), _MM_HINT_T1);
-    }
+// Prefetches a block's bytes kQPrefetchBytes ahead into L2 (a prefetch past
+// the weights' end is harmless: prefetches never fault).
+template <size_t Bytes>
+SPECD_INLINE void prefetch_ahead(const void* p) {
+    const char* c = static_cast<const char*>(p) + kQPrefetchBytes;
+    SPECD_UNROLL
+    for (size_t o = 0; o < Bytes; o += 64) _mm_prefetch(c + o, _MM_HINT_T1);
 }
 
-void kq_q4_k(const unsigned char* W, size_t rb, const PreparedInput& x, float* y, int64_t ldy, int64_t n0, int64_t n1) {
-    const int64_t nsb = x.k() / kSuperBlock;
+// Most activation rows whose accumulators stay in registers.
+constexpr int kKqRows = 8;
+
+// Q4_K or Q5_K (Block) for weight row n and activation rows t0 .. t0+NR.
+template <class Block, int NR>
+SPECD_INLINE void q4_k_row(const Block* blocks, int64_t nsb, const PreparedInput& x, int t0, float* y, int64_t ldy) {
     const int rows = x.rows();
     const int64_t st = static_cast<int64_t>(rows) * 32;  // int8 between blocks b and b+1 of one row
-    const __m256i meta_idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14), _mm256_set1_epi32(rows));
     // Lanes 0..7 take group a's value, 8..15 group b's.
     const __m512i g02 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2);
     const __m512i g13 = _mm512_add_epi32(g02, _mm512_set1_epi32(1));
     const __m512i g46 = _mm512_add_epi32(g02, _mm512_set1_epi32(4));
     const __m512i g57 = _mm512_add_epi32(g02, _mm512_set1_epi32(5));
+    const __m256i meta_idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(rows));
     const __m512i low4 = _mm512_set1_epi8(0x0f);
-    const unsigned char* w_end = W + n1 * rb;
-    for (int64_t n = n0; n < n1; ++n) {
-        const BlockQ4_K* blocks = reinterpret_cast<const BlockQ4_K*>(W + n * rb);
-        for (int t0 = 0; t0 < rows; t0 += kDequantRowGroup) {
-            const int tn = std::min(kDequantRowGroup, rows - t0);
-            __m512 acc[kDequantRowGroup];   // (tn) d*sc*dx * sum(q*xq), per lane
-            __m256 accm[kDequantRowGroup];  // (tn) dmin*m*dx * sum(xq), per group
-            for (int t = 0; t < tn; ++t) {
-                acc[t] = _mm512_setzero_ps();
-                accm[t] = _mm256_setzero_ps();
-            }
-            for (int64_t sb = 0; sb < nsb; ++sb) {
-                const BlockQ4_K& b = blocks[sb];
-                prefetch_block(reinterpret_cast<const unsigned char*>(&b) + kQPrefetchBytes, sizeof(BlockQ4_K), w_end);
-                const __m512i z0 = _mm512_loadu_si512(b.qs), z1 = _mm512_loadu_si512(b.qs + 64);
-                const __m512i lo0 = _mm512_and_si512(z0, low4), hi0 = _mm512_and_si512(_mm512_srli_epi16(z0, 4), low4);
-                const __m512i lo1 = _mm512_and_si512(z1, low4), hi1 = _mm512_and_si512(_mm512_srli_epi16(z1, 4), low4);
-                const __m128i sm = q4_k_scale_bytes(b.scales);
-                const __m256 dsc = _mm256_mul_ps(_mm256_set1_ps(fp16_to_fp32(b.d)), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(sm)));
-                const __m256 dm = _mm256_mul_ps(_mm256_set1_ps(fp16_to_fp32(b.dmin)),
-                                                _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(sm, 8))));
-                for (int t = 0; t < tn; ++t) {
-                    const int8_t* a = x.q8_block(8 * sb, t0 + t);  // block 8sb + g at a + g*st
-                    const QuantMeta* m = x.q8_meta(8 * sb, t0 + t);  // block 8sb + g at m + g*rows
-                    const __m512i i02 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo0, two_blocks(a, a + 2 * st));
-                    const __m512i i13 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), hi0, two_blocks(a + st, a + 3 * st));
-                    const __m512i i46 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo1, two_blocks(a + 4 * st, a + 6 * st));
-                    const __m512i i57 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), hi1, two_blocks(a + 5 * st, a + 7 * st));
-                    const __m256 dx = _mm256_i32gather_ps(&m->d, meta_idx, 4);
-                    const __m256i sums = _mm256_i32gather_epi32(&m->corr, meta_idx, 4);
-                    const __m512 s = _mm512_castps256_ps512(_mm256_mul_ps(dsc, dx));
-                    __m512 f = acc[t];
-                    f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i02), _mm512_permutexvar_ps(g02, s), f);
-                    f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i13), _mm512_permutexvar_ps(g13, s), f);
-                    f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i46), _mm512_permutexvar_ps(g46, s), f);
-                    acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i57), _mm512_permutexvar_ps(g57, s), f);
-                    accm[t] = _mm256_fmadd_ps(_mm256_mul_ps(dm, dx), _mm256_cvtepi32_ps(sums), accm[t]);
-                }
-            }
-            for (int t = 0; t < tn; ++t) y[(t0 + t) * ldy + n] = _mm512_reduce_add_ps(acc[t]) - hsum8_512(accm[t]);
+    __m512 acc[NR];   // d*sc*dx * sum(q*xq), per lane
+    __m256 accm[NR];  // dmin*m*dx * sum(xq), per group
+    SPECD_UNROLL
+    for (int r = 0; r < NR; ++r) {
+        acc[r] = _mm512_setzero_ps();
+        accm[r] = _mm256_setzero_ps();
+    }
+    for (int64_t sb = 0; sb < nsb; ++sb) {
+        const Block& b = blocks[sb];
+        prefetch_ahead<sizeof(Block)>(&b);
+        const __m512i z0 = _mm512_loadu_si512(b.qs), z1 = _mm512_loadu_si512(b.qs + 64);
+        __m512i lo0 = _mm512_and_si512(z0, low4), hi0 = _mm512_and_si512(_mm512_srli_epi16(z0, 4), low4);
+        __m512i lo1 = _mm512_and_si512(z1, low4), hi1 = _mm512_and_si512(_mm512_srli_epi16(z1, 4), low4);
+        if constexpr (std::is_same_v<Block, BlockQ5_K>) {
+            // Fifth bits: group g's in bit g of qh[l] (l = its byte within the
+            // 32); lanes 0..31 of lo0 hold group 0, lanes 32..63 group 2, ...
+            const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh)));
+            const __m512i one = _mm512_set1_epi8(1);
+            auto bit = [&](int a, int c) __attribute__((always_inline)) {
+                const __m512i sh = _mm512_inserti64x4(_mm512_set1_epi16(static_cast<short>(a)), _mm256_set1_epi16(static_cast<short>(c)), 1);
+                return _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, sh), one), 4);
+            };
+            lo0 = _mm512_or_si512(lo0, bit(0, 2));
+            hi0 = _mm512_or_si512(hi0, bit(1, 3));
+            lo1 = _mm512_or_si512(lo1, bit(4, 6));
+            hi1 = _mm512_or_si512(hi1, bit(5, 7));
+        }
+        const __m128i sm = q4_k_scale_bytes(b.scales);
+        const __m256 dsc = _mm256_mul_ps(_mm256_set1_ps(fp16_to_fp32(b.d)), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(sm)));
+        const __m256 dm = _mm256_mul_ps(_mm256_set1_ps(fp16_to_fp32(b.dmin)),
+                                        _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(sm, 8))));
+        SPECD_UNROLL
+        for (int r = 0; r < NR; ++r) {
+            const int8_t* a = x.q8_block(8 * sb, t0 + r);    // block 8sb + g at a + g*st
+            const QuantMeta* m = x.q8_meta(8 * sb, t0 + r);  // block 8sb + g at m + g*rows
+            // {corr, d} of the 8 blocks: contiguous for one row, else gathered.
+            const __m512i meta = rows == 1 ? _mm512_loadu_si512(m) : _mm512_i32gather_epi64(meta_idx, m, 8);
+            const __m256i sums = _mm512_cvtepi64_epi32(meta);
+            const __m256 dx = _mm256_castsi256_ps(_mm512_cvtepi64_epi32(_mm512_srli_epi64(meta, 32)));
+            const __m512i i02 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo0, two_blocks(a, a + 2 * st));
+            const __m512i i13 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), hi0, two_blocks(a + st, a + 3 * st));
+            const __m512i i46 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo1, two_blocks(a + 4 * st, a + 6 * st));
+            const __m512i i57 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), hi1, two_blocks(a + 5 * st, a + 7 * st));
+            const __m512 s = _mm512_castps256_ps512(_mm256_mul_ps(dsc, dx));
+            __m512 f = acc[r];
+            f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i02), _mm512_permutexvar_ps(g02, s), f);
+            f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i13), _mm512_permutexvar_ps(g13, s), f);
+            f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i46), _mm512_permutexvar_ps(g46, s), f);
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i57), _mm512_permutexvar_ps(g57, s), f);
+            accm[r] = _mm256_fmadd_ps(_mm256_mul_ps(dm, dx), _mm256_cvtepi32_ps(sums), accm[r]);
         }
     }
+    SPECD_UNROLL
+    for (int r = 0; r < NR; ++r) y[(t0 + r) * ldy] = _mm512_reduce_add_ps(acc[r]) - hsum8_512(accm[r]);
 }
 
-void kq_q6_k(const unsigned char* W, size_t rb, const PreparedInput& x, float* y, int64_t ldy, int64_t n0, int64_t n1) {
-    const int64_t nsb = x.k() / kSuperBlock;
+// Q6_K for weight row n and activation rows t0 .. t0+NR.
+template <int NR>
+SPECD_INLINE void q6_k_row(const BlockQ6_K* blocks, int64_t nsb, const PreparedInput& x, int t0, float* y, int64_t ldy) {
     const int rows = x.rows();
     const int64_t st = static_cast<int64_t>(rows) * 32;
     const __m512i low4 = _mm512_set1_epi8(0x0f), low2 = _mm512_set1_epi8(0x03), k32 = _mm512_set1_epi8(32);
@@ -741,56 +761,73 @@ void kq_q6_k(const unsigned char* W, size_t rb, const PreparedInput& x, float* y
     const __m512i sh01 = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
     const __m512i sh23 = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(6), 1);
     // Scale group (of 16) of lane l in the k-th 64-weight vector: 4k + l/4.
-    __m128i pat[4];
-    for (int k = 0; k < 4; ++k) {
-        alignas(16) int8_t p[16];
-        for (int l = 0; l < 16; ++l) p[l] = static_cast<int8_t>(4 * k + l / 4);
-        pat[k] = _mm_load_si128(reinterpret_cast<const __m128i*>(p));
-    }
-    const unsigned char* w_end = W + n1 * rb;
-    for (int64_t n = n0; n < n1; ++n) {
-        const BlockQ6_K* blocks = reinterpret_cast<const BlockQ6_K*>(W + n * rb);
-        for (int t0 = 0; t0 < rows; t0 += kDequantRowGroup) {
-            const int tn = std::min(kDequantRowGroup, rows - t0);
-            __m512 acc[kDequantRowGroup];  // (tn) d*sc*dx * sum((q-32)*xq), per lane
-            for (int t = 0; t < tn; ++t) acc[t] = _mm512_setzero_ps();
-            for (int64_t sb = 0; sb < nsb; ++sb) {
-                const BlockQ6_K& b = blocks[sb];
-                prefetch_block(reinterpret_cast<const unsigned char*>(&b) + kQPrefetchBytes, sizeof(BlockQ6_K), w_end);
-                const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales));
-                const __m512 d = _mm512_set1_ps(fp16_to_fp32(b.d));
-                __m512i v[4];   // 64 codes each: elements 64k .. 64k+63 of the super-block
-                __m512 s[4];    // d * scale of each lane's group
-                SPECD_UNROLL
-                for (int h = 0; h < 2; ++h) {
-                    const __m512i ql = _mm512_loadu_si512(b.ql + 64 * h);
-                    const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh + 32 * h)));
-                    const __m512i h01 = _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, sh01), low2), 4);
-                    const __m512i h23 = _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, sh23), low2), 4);
-                    v[2 * h] = _mm512_or_si512(_mm512_and_si512(ql, low4), h01);
-                    v[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), low4), h23);
-                }
-                SPECD_UNROLL
-                for (int k = 0; k < 4; ++k) {
-                    s[k] = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_shuffle_epi8(sc, pat[k]))));
-                }
-                for (int t = 0; t < tn; ++t) {
-                    const int8_t* a = x.q8_block(8 * sb, t0 + t);
-                    const QuantMeta* m = x.q8_meta(8 * sb, t0 + t);
-                    __m512 f = acc[t];
-                    SPECD_UNROLL
-                    for (int k = 0; k < 4; ++k) {
-                        const __m512i ab = two_blocks(a + 2 * k * st, a + (2 * k + 1) * st);
-                        const __m512i i = _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), v[k], ab),
-                                                           _mm512_dpbusd_epi32(_mm512_setzero_si512(), k32, ab));
-                        const __m512 dx = _mm512_insertf32x8(_mm512_set1_ps(m[2 * k * rows].d),
-                                                             _mm256_set1_ps(m[(2 * k + 1) * rows].d), 1);
-                        f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), _mm512_mul_ps(s[k], dx), f);
-                    }
-                    acc[t] = f;
-                }
+    const __m128i pat0 = _mm_setr_epi8(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    __m512 acc[NR];  // d*sc*dx * sum((q-32)*xq), per lane
+    SPECD_UNROLL
+    for (int r = 0; r < NR; ++r) acc[r] = _mm512_setzero_ps();
+    for (int64_t sb = 0; sb < nsb; ++sb) {
+        const BlockQ6_K& b = blocks[sb];
+        prefetch_ahead<sizeof(BlockQ6_K)>(&b);
+        const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales));
+        const __m512 d = _mm512_set1_ps(fp16_to_fp32(b.d));
+        __m512i v[4];  // 64 codes each: elements 64k .. 64k+63 of the super-block
+        __m512 s[4];   // d * scale of each lane's group
+        SPECD_UNROLL
+        for (int h = 0; h < 2; ++h) {
+            const __m512i ql = _mm512_loadu_si512(b.ql + 64 * h);
+            const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh + 32 * h)));
+            const __m512i h01 = _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, sh01), low2), 4);
+            const __m512i h23 = _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, sh23), low2), 4);
+            v[2 * h] = _mm512_or_si512(_mm512_and_si512(ql, low4), h01);
+            v[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), low4), h23);
+        }
+        SPECD_UNROLL
+        for (int k = 0; k < 4; ++k) {
+            const __m128i pat = _mm_add_epi8(pat0, _mm_set1_epi8(static_cast<char>(4 * k)));
+            s[k] = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_shuffle_epi8(sc, pat))));
+        }
+        SPECD_UNROLL
+        for (int r = 0; r < NR; ++r) {
+            const int8_t* a = x.q8_block(8 * sb, t0 + r);
+            const QuantMeta* m = x.q8_meta(8 * sb, t0 + r);
+            __m512 f = acc[r];
+            SPECD_UNROLL
+            for (int k = 0; k < 4; ++k) {
+                const __m512i ab = two_blocks(a + 2 * k * st, a + (2 * k + 1) * st);
+                const __m512i i = _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), v[k], ab),
+                                                   _mm512_dpbusd_epi32(_mm512_setzero_si512(), k32, ab));
+                const __m512 dx = _mm512_insertf32x8(_mm512_set1_ps(m[2 * k * rows].d), _mm256_set1_ps(m[(2 * k + 1) * rows].d), 1);
+                f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), _mm512_mul_ps(s[k], dx), f);
             }
-            for (int t = 0; t < tn; ++t) y[(t0 + t) * ldy + n] = _mm512_reduce_add_ps(acc[t]);
+            acc[r] = f;
+        }
+    }
+    SPECD_UNROLL
+    for (int r = 0; r < NR; ++r) y[(t0 + r) * ldy] = _mm512_reduce_add_ps(acc[r]);
+}
+
+template <class Block, int NR>
+SPECD_INLINE void kq_rows_n(int nr, const Block* blocks, int64_t nsb, const PreparedInput& x, int t0, float* y, int64_t ldy) {
+    if constexpr (NR > 0) {
+        if (nr == NR) {
+            if constexpr (std::is_same_v<Block, BlockQ6_K>) q6_k_row<NR>(blocks, nsb, x, t0, y, ldy);
+            else q4_k_row<Block, NR>(blocks, nsb, x, t0, y, ldy);
+            return;
+        }
+        kq_rows_n<Block, NR - 1>(nr, blocks, nsb, x, t0, y, ldy);
+    }
+}
+
+// Weight row by weight row (each read once from memory; its codes decoded
+// once per group of up to kKqRows activation rows).
+template <class Block>
+void kq_matmul(const unsigned char* W, size_t rb, const PreparedInput& x, float* y, int64_t ldy, int64_t n0, int64_t n1) {
+    const int64_t nsb = x.k() / kSuperBlock;
+    const int rows = x.rows();
+    for (int64_t n = n0; n < n1; ++n) {
+        const Block* blocks = reinterpret_cast<const Block*>(W + n * rb);
+        for (int t0 = 0; t0 < rows; t0 += kKqRows) {
+            kq_rows_n<Block, kKqRows>(std::min(kKqRows, rows - t0), blocks, nsb, x, t0, y + n, ldy);
         }
     }
 }
@@ -814,8 +851,9 @@ void matmul_avx512(TensorType type, const void* W, const PreparedInput& x, float
         case TensorType::BF16: matmul_float<TensorType::BF16>(w, rb, x, y, ldy, n0, n1); return;
         case TensorType::Q8_0: matmul_quant<TensorType::Q8_0>(w, rb, x, y, ldy, n0, n1); return;
         case TensorType::Q4_0: matmul_quant<TensorType::Q4_0>(w, rb, x, y, ldy, n0, n1); return;
-        case TensorType::Q4_K: kq_q4_k(w, rb, x, y, ldy, n0, n1); return;
-        case TensorType::Q6_K: kq_q6_k(w, rb, x, y, ldy, n0, n1); return;
+        case TensorType::Q4_K: kq_matmul<BlockQ4_K>(w, rb, x, y, ldy, n0, n1); return;
+        case TensorType::Q5_K: kq_matmul<BlockQ5_K>(w, rb, x, y, ldy, n0, n1); return;
+        case TensorType::Q6_K: kq_matmul<BlockQ6_K>(w, rb, x, y, ldy, n0, n1); return;
         default: matmul_dequant_avx512(type, W, x, y, ldy, n0, n1); return;
     }
 }

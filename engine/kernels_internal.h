@@ -6,13 +6,13 @@
 //                                    are interleaved: (kp/16, rows, 16)
 //                   panel(p)         (k, 16) f32, element [kk][l] = x[16p + l][kk], 0 past rows;
 //                                    only when has_panels() (rows >= kPanelMinRows)
-//   q8_0/q4_0/Q4_K/Q6_K: q8_block(b, r)   (32) int8, block b of x row r: (n_blocks, rows, 32)
+//   q8_0/q4_0/Q4_K/Q5_K/Q6_K: q8_block(b, r)   (32) int8, block b of x row r: (n_blocks, rows, 32)
 //                   q8_meta(b, r)    {corr, d}: (n_blocks, rows) of 8 bytes
 //                                    d: x[r][32b + j] ~= d * q8_block(b, r)[j]
 //                                    corr: -128 * sum_j q (q8_0 weights) or -8 * sum_j q (q4_0
 //                                    weights): the offset that unsigned-times-signed int8 dot
 //                                    products (weights + 128, or q4_0 nibbles without their -8)
-//                                    must add back; sum_j q itself for Q4_K/Q6_K (their mins
+//                                    must add back; sum_j q itself for Q4_K/Q5_K/Q6_K (their mins
 //                                    and offsets are applied per scale group).
 #pragma once
 
@@ -57,7 +57,7 @@ void quantize_act_avx512(const float* x, int64_t k, const QuantDst& dst);
 void pack_panel_avx2(const float* x, int64_t ldx, int64_t k, float* panel);
 void pack_panel_avx512(const float* x, int64_t ldx, int64_t k, float* panel);
 
-// Q4_K and Q6_K weights against the q8 layout (corr = sum of the codes); the
+// Q4_K, Q5_K and Q6_K weights against the q8 layout (corr = sum of the codes); the
 // SIMD builds are matmul_avx2/avx512's own cases.
 void matmul_kq_scalar(TensorType type, const void* W, const PreparedInput& x, float* y, int64_t ldy, int64_t n_begin,
                       int64_t n_end);

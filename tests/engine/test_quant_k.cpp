@@ -1,7 +1,7 @@
 // The K-quant and fallback types (q5_0, q5_1, iq4_nl, q2_K..q6_K, iq4_xs):
 // their table entries, blocks decoded by hand, the corrupt-scale check, every
 // ISA's matmul against double sums on random blocks (partial row groups and
-// output ranges included; Q4_K and Q6_K over the q8 activations they read,
+// output ranges included; Q4_K, Q5_K and Q6_K over the q8 activations they read,
 // 1e-5 of sum |w x|, and within 0.02 of it over the f32 ones), and a model
 // mixing all of them per layer and per role, whose fast forward pass must
 // agree with the scalar reference.
@@ -9,6 +9,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -22,6 +23,7 @@
 #include "engine/forward.h"
 #include "engine/gguf.h"
 #include "engine/kernels.h"
+#include "engine/kernels_internal.h"
 #include "engine/model_integrity.h"
 #include "engine/quant_k.h"
 #include "engine/reference_forward.h"
@@ -235,11 +237,11 @@ TEST_CASE("matmul, K-quant and fallback weights: every ISA matches double sums o
                 std::vector<float> x(static_cast<size_t>(rows * ldx), NAN);  // the gap would poison a wrong read
                 for (int t = 0; t < rows; ++t)
                     for (int64_t i = 0; i < K; ++i) x[static_cast<size_t>(t * ldx + i)] = normal(rng);
-                // The activations as the kernels see them: f32, or (Q4_K, Q6_K)
+                // The activations as the kernels see them: f32, or (Q4_K, Q5_K, Q6_K)
                 // q8 codes times their block scales, the same bits on every ISA.
                 PreparedInput in0;
                 in0.set_shape(kt.type, rows, K);
-                CHECK(in0.quantized() == (kt.type == TensorType::Q4_K || kt.type == TensorType::Q6_K));
+                CHECK(in0.quantized() == (kt.type == TensorType::Q4_K || kt.type == TensorType::Q5_K || kt.type == TensorType::Q6_K));
                 in0.prepare_rows(Isa::Scalar, x.data(), ldx, 0, rows);
                 std::vector<double> xe(static_cast<size_t>(rows * K));  // (rows, K)
                 for (int t = 0; t < rows; ++t) {
@@ -295,7 +297,7 @@ TEST_CASE("matmul, K-quant and fallback weights: every ISA matches double sums o
     }
 }
 
-TEST_CASE("RoleInput: one f32 layout feeds the decoded types, one q8 layout Q4_K and Q6_K, q8_0 its own; an unknown "
+TEST_CASE("RoleInput: one f32 layout feeds the decoded types, one q8 layout Q4_K, Q5_K and Q6_K, q8_0 its own; an unknown "
           "type is refused",
           "[quant_k][kernels]") {
     RoleInput role;
@@ -303,6 +305,7 @@ TEST_CASE("RoleInput: one f32 layout feeds the decoded types, one q8 layout Q4_K
     role.init(types, 4, 256);
     CHECK(role.n_layouts() == 3);
     CHECK(&role.for_type(TensorType::Q4_K) == &role.for_type(TensorType::Q6_K));
+    CHECK(&role.for_type(TensorType::Q4_K) == &role.for_type(TensorType::Q5_K));
     CHECK(&role.for_type(TensorType::Q4_K) != &role.for_type(TensorType::Q5_0));
     CHECK(&role.for_type(TensorType::Q8_0) != &role.for_type(TensorType::Q5_0));
     CHECK(&role.for_type(TensorType::Q8_0) != &role.for_type(TensorType::Q6_K));
@@ -465,5 +468,71 @@ TEST_CASE("a file with a NaN scale in a K-quant block is refused in one line nam
         // `specd verify` and the pre-serve check refuse it too.
         CHECK_THROWS_WITH(verify_model_file(path), Catch::Contains("block 3 has a NaN or infinite scale"));
         std::remove(path.c_str());
+    }
+}
+
+TEST_CASE("bench: Q4_K, Q5_K and Q6_K matmul, integer kernels on q8 activations against decoding blocks to f32", "[.bench]") {
+    // ./engine_test_quant_k "[.bench]": weights larger than the L3 cache, so
+    // a decode step (1 row) streams them from DRAM as a real model's do.
+    std::mt19937 rng(5);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    const int64_t N = 12288, K = 4096;
+    // Calibration: the q4_0 and q8_0 kernels on the same shape and machine.
+    for (TensorType type : {TensorType::Q4_0, TensorType::Q8_0}) {
+        std::vector<float> wf(static_cast<size_t>(K));
+        std::vector<uint8_t> w(tensor_row_bytes(type, K) * static_cast<size_t>(N));
+        for (int64_t n = 0; n < N; ++n) {
+            for (float& v : wf) v = 0.05f * normal(rng);
+            quantize_row(type, wf.data(), w.data() + static_cast<size_t>(n) * tensor_row_bytes(type, K), K);
+        }
+        for (int rows : {1, 4, 9}) {
+            std::vector<float> x(static_cast<size_t>(rows * K)), y(static_cast<size_t>(rows * N));
+            for (float& v : x) v = normal(rng);
+            PreparedInput in;
+            in.set_shape(type, rows, K);
+            in.prepare_rows(best_isa(), x.data(), K, 0, rows);
+            double best = 1e30;
+            for (int rep = 0; rep < 7; ++rep) {
+                const auto t0 = std::chrono::steady_clock::now();
+                matmul(best_isa(), type, w.data(), in, y.data(), N, 0, N);
+                best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+            }
+            std::printf("%-5s %-6s rows %2d: %7.2f ms (%5.1f GB/s)\n", tensor_type_name(type), isa_name(best_isa()), rows, 1e3 * best,
+                        static_cast<double>(w.size()) / 1e9 / best);
+        }
+    }
+    for (TensorType type : {TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K}) {
+        const std::vector<uint8_t> w = random_rows(type, N, K, 0.05f, rng);
+        for (int rows : {1, 4, 9}) {
+            std::vector<float> x(static_cast<size_t>(rows * K));
+            for (float& v : x) v = normal(rng);
+            std::vector<float> y(static_cast<size_t>(rows * N));
+            for (Isa isa : isas()) {
+                if (isa == Isa::Scalar) continue;
+                PreparedInput q8, f32;
+                q8.set_shape(type, rows, K);
+                q8.prepare_rows(isa, x.data(), K, 0, rows);
+                f32.set_shape(TensorType::Q3_K, rows, K);  // the f32 layout the decoding kernels read
+                f32.prepare_rows(isa, x.data(), K, 0, rows);
+                auto time = [&](auto&& fn) {
+                    double best = 1e30;
+                    for (int rep = 0; rep < 7; ++rep) {
+                        const auto t0 = std::chrono::steady_clock::now();
+                        fn();
+                        best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+                    }
+                    return best;
+                };
+                const double t_int = time([&] { matmul(isa, type, w.data(), q8, y.data(), N, 0, N); });
+                const double t_f32 = time([&] {
+                    if (isa == Isa::Avx512) kern::matmul_dequant_avx512(type, w.data(), f32, y.data(), N, 0, N);
+                    else kern::matmul_dequant_avx2(type, w.data(), f32, y.data(), N, 0, N);
+                });
+                const double gb = static_cast<double>(w.size()) / 1e9;
+                std::printf("%-5s %-6s rows %2d: integer %7.2f ms (%5.1f GB/s)  decode-to-f32 %7.2f ms (%5.1f GB/s)  %.2fx\n",
+                            tensor_type_name(type), isa_name(isa), rows, 1e3 * t_int, gb / t_int, 1e3 * t_f32, gb / t_f32,
+                            t_f32 / t_int);
+            }
+        }
     }
 }
