@@ -160,7 +160,10 @@ int32_t PreparedInput::correction_multiplier(TensorType type) {
         case TensorType::Q4_0: return -8;
         case TensorType::Q4_K:
         case TensorType::Q5_K:
-        case TensorType::Q6_K: return 1;
+        case TensorType::Q6_K:
+        case TensorType::Q5_0:
+        case TensorType::Q5_1:
+        case TensorType::IQ4_NL: return 1;
         default: return 0;
     }
 }
@@ -415,6 +418,55 @@ void matmul_kq_scalar(TensorType type, const void* W, const PreparedInput& x, fl
     }
 }
 
+// q5_0, q5_1 and iq4_nl against q8 activations (corr = sum): per block,
+// x_j = d * code_j + c with code = q, c = -16 d (q5_0); code = q, c = m
+// (q5_1); code = value + 128, c = -128 d (iq4_nl), and
+// dot = sum_b dx_b * (d_b * sum(code * xq) + c_b * sum(xq)).
+void matmul_q32_scalar(TensorType type, const void* W, const PreparedInput& x, float* y, int64_t ldy, int64_t n0,
+                       int64_t n1) {
+    const int64_t nb = x.k() / kQuantBlock;
+    const size_t rb = tensor_row_bytes(type, x.k()), bb = tensor_type_block_bytes(type);
+    for (int64_t n = n0; n < n1; ++n) {
+        const unsigned char* w = static_cast<const unsigned char*>(W) + static_cast<size_t>(n) * rb;
+        for (int t = 0; t < x.rows(); ++t) {
+            float acc = 0.0f;
+            for (int64_t b = 0; b < nb; ++b) {
+                const unsigned char* p = w + static_cast<size_t>(b) * bb;
+                int code[32];
+                float d, c;
+                if (type == TensorType::IQ4_NL) {
+                    const BlockIQ4_NL& blk = *reinterpret_cast<const BlockIQ4_NL*>(p);
+                    for (int j = 0; j < 16; ++j) {
+                        code[j] = kIq4NlValues[blk.qs[j] & 0x0f] + 128;
+                        code[j + 16] = kIq4NlValues[blk.qs[j] >> 4] + 128;
+                    }
+                    d = fp16_to_fp32(blk.d);
+                    c = -128.0f * d;
+                } else {
+                    // q5_0 and q5_1 share the qh/qs layout after their fp16 field(s).
+                    const bool q5_1 = type == TensorType::Q5_1;
+                    const uint8_t* qh = q5_1 ? reinterpret_cast<const BlockQ5_1*>(p)->qh : reinterpret_cast<const BlockQ5_0*>(p)->qh;
+                    const uint8_t* qs = q5_1 ? reinterpret_cast<const BlockQ5_1*>(p)->qs : reinterpret_cast<const BlockQ5_0*>(p)->qs;
+                    uint32_t h;
+                    std::memcpy(&h, qh, 4);
+                    for (int j = 0; j < 16; ++j) {
+                        code[j] = (qs[j] & 0x0f) | static_cast<int>(((h >> j) & 1u) << 4);
+                        code[j + 16] = (qs[j] >> 4) | static_cast<int>(((h >> (j + 16)) & 1u) << 4);
+                    }
+                    d = fp16_to_fp32(q5_1 ? reinterpret_cast<const BlockQ5_1*>(p)->d : reinterpret_cast<const BlockQ5_0*>(p)->d);
+                    c = q5_1 ? fp16_to_fp32(reinterpret_cast<const BlockQ5_1*>(p)->m) : -16.0f * d;
+                }
+                const int8_t* xq = x.q8_block(b, t);
+                int32_t isum = 0;
+                for (int j = 0; j < 32; ++j) isum += code[j] * xq[j];
+                const QuantMeta& xm = *x.q8_meta(b, t);
+                acc += xm.d * (d * static_cast<float>(isum) + c * static_cast<float>(xm.corr));
+            }
+            y[t * ldy + n] = acc;
+        }
+    }
+}
+
 void matmul_dequant_scalar(TensorType type, const void* W, const PreparedInput& x, float* y, int64_t ldy, int64_t n0,
                            int64_t n1) {
     const TensorTypeTraits& tt = *tensor_type_traits(static_cast<uint32_t>(type));
@@ -455,6 +507,9 @@ void matmul_scalar(TensorType type, const void* W, const PreparedInput& x, float
         case TensorType::Q4_K:
         case TensorType::Q5_K:
         case TensorType::Q6_K: matmul_kq_scalar(type, W, x, y, ldy, n0, n1); return;
+        case TensorType::Q5_0:
+        case TensorType::Q5_1:
+        case TensorType::IQ4_NL: matmul_q32_scalar(type, W, x, y, ldy, n0, n1); return;
         default: matmul_dequant_scalar(type, W, x, y, ldy, n0, n1); return;
     }
 }

@@ -507,6 +507,101 @@ void kq_matmul(const unsigned char* W, size_t rb, const PreparedInput& x, float*
     }
 }
 
+// ----------------------------------- q5_0 / q5_1 / iq4_nl, q8 activations ---
+// The 32-weight types llama.cpp falls back to (rows not a multiple of 256),
+// one weight row at a time, per block b: x_j = d_b * code_j + c_b, so
+// dot(w, x) = sum_b dx_b * (d_b * sum(code * xq) + c_b * sum(xq)), with
+//   q5_0:   code = q (0..31),        c = -16 d
+//   q5_1:   code = q (0..31),        c = m
+//   iq4_nl: code = value (-127..113), c = 0: vpmaddubsw takes |code| and
+//           the activations with code's sign, so no pair can saturate.
+
+// Byte j of the result: 0x10 where bit j of qh is set.
+inline __m256i bits_to_0x10(uint32_t qh) {
+    const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(qh)),
+                                               _mm256_setr_epi64x(0, 0x0101010101010101LL, 0x0202020202020202LL,
+                                                                  0x0303030303030303LL));
+    const __m256i bit = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ULL));
+    return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit), _mm256_set1_epi8(0x10));
+}
+
+template <TensorType T>
+inline __m256i block32_codes(const unsigned char* p, float& d, float& c) {
+    const __m128i low4 = _mm_set1_epi8(0x0f);
+    if constexpr (T == TensorType::IQ4_NL) {
+        const BlockIQ4_NL& b = *reinterpret_cast<const BlockIQ4_NL*>(p);
+        const __m128i qs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs));
+        const __m128i table = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4NlValues));
+        d = fp16_to_fp32(b.d);
+        c = 0.0f;
+        return _mm256_set_m128i(_mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(qs, 4), low4)),
+                                _mm_shuffle_epi8(table, _mm_and_si128(qs, low4)));
+    } else {
+        using Block = std::conditional_t<T == TensorType::Q5_0, BlockQ5_0, BlockQ5_1>;
+        const Block& b = *reinterpret_cast<const Block*>(p);
+        const __m128i qs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs));
+        uint32_t qh;
+        std::memcpy(&qh, b.qh, 4);
+        d = fp16_to_fp32(b.d);
+        if constexpr (T == TensorType::Q5_0) c = -16.0f * d;
+        else c = fp16_to_fp32(b.m);
+        const __m256i nibbles = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(qs, 4), low4), _mm_and_si128(qs, low4));
+        return _mm256_or_si256(nibbles, bits_to_0x10(qh));
+    }
+}
+
+template <TensorType T>
+constexpr size_t block32_bytes() {
+    return T == TensorType::Q5_0 ? sizeof(BlockQ5_0) : T == TensorType::Q5_1 ? sizeof(BlockQ5_1) : sizeof(BlockIQ4_NL);
+}
+
+template <TensorType T, int NR>
+inline __attribute__((always_inline)) void q32_row(const unsigned char* w, int64_t nb, const PreparedInput& x, int t0,
+                                                   float* y, int64_t ldy) {
+    constexpr size_t bb = block32_bytes<T>();
+    __m256 acc[NR];  // d*dx * sum(code*xq), per lane
+    float cacc[NR];  // c*dx * sum(xq)
+    for (int r = 0; r < NR; ++r) {
+        acc[r] = _mm256_setzero_ps();
+        cacc[r] = 0.0f;
+    }
+    for (int64_t b = 0; b < nb; ++b) {
+        const unsigned char* p = w + b * bb;
+        _mm_prefetch(reinterpret_cast<const char*>(p) + kQPrefetchBytes, _MM_HINT_T1);
+        float d, c;
+        const __m256i codes = block32_codes<T>(p, d, c);
+        const __m256i mag = T == TensorType::IQ4_NL ? _mm256_sign_epi8(codes, codes) : codes;  // |code|
+        for (int r = 0; r < NR; ++r) {
+            const QuantMeta m = *x.q8_meta(b, t0 + r);
+            __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q8_block(b, t0 + r)));
+            if constexpr (T == TensorType::IQ4_NL) a = _mm256_sign_epi8(a, codes);
+            const __m256i isum = _mm256_madd_epi16(_mm256_maddubs_epi16(mag, a), _mm256_set1_epi16(1));
+            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(d * m.d), acc[r]);
+            if constexpr (T != TensorType::IQ4_NL) cacc[r] += c * m.d * static_cast<float>(m.corr);
+        }
+    }
+    for (int r = 0; r < NR; ++r) y[(t0 + r) * ldy] = hsum8(acc[r]) + cacc[r];
+}
+
+template <TensorType T, int NR>
+void q32_rows_n(int nr, const unsigned char* w, int64_t nb, const PreparedInput& x, int t0, float* y, int64_t ldy) {
+    if constexpr (NR > 0) {
+        if (nr == NR) return q32_row<T, NR>(w, nb, x, t0, y, ldy);
+        q32_rows_n<T, NR - 1>(nr, w, nb, x, t0, y, ldy);
+    }
+}
+
+template <TensorType T>
+void q32_matmul(const unsigned char* W, size_t rb, const PreparedInput& x, float* y, int64_t ldy, int64_t n0, int64_t n1) {
+    const int64_t nb = x.k() / 32;
+    const int rows = x.rows();
+    for (int64_t n = n0; n < n1; ++n) {
+        for (int t0 = 0; t0 < rows; t0 += kKqRows) {
+            q32_rows_n<T, kKqRows>(std::min(kKqRows, rows - t0), W + n * rb, nb, x, t0, y + n, ldy);
+        }
+    }
+}
+
 template <TensorType T>
 void matmul_float(const unsigned char* W, size_t rb, const PreparedInput& x, float* y, int64_t ldy, int64_t n0,
                   int64_t n1) {
@@ -529,6 +624,9 @@ void matmul_avx2(TensorType type, const void* W, const PreparedInput& x, float* 
         case TensorType::Q4_K: kq_matmul<BlockQ4_K>(w, rb, x, y, ldy, n0, n1); return;
         case TensorType::Q5_K: kq_matmul<BlockQ5_K>(w, rb, x, y, ldy, n0, n1); return;
         case TensorType::Q6_K: kq_matmul<BlockQ6_K>(w, rb, x, y, ldy, n0, n1); return;
+        case TensorType::Q5_0: q32_matmul<TensorType::Q5_0>(w, rb, x, y, ldy, n0, n1); return;
+        case TensorType::Q5_1: q32_matmul<TensorType::Q5_1>(w, rb, x, y, ldy, n0, n1); return;
+        case TensorType::IQ4_NL: q32_matmul<TensorType::IQ4_NL>(w, rb, x, y, ldy, n0, n1); return;
         default: matmul_dequant_avx2(type, W, x, y, ldy, n0, n1); return;
     }
 }

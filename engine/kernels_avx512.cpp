@@ -832,6 +832,110 @@ void kq_matmul(const unsigned char* W, size_t rb, const PreparedInput& x, float*
     }
 }
 
+// ----------------------------------- q5_0 / q5_1 / iq4_nl, q8 activations ---
+// The 32-weight types llama.cpp falls back to (rows not a multiple of 256),
+// one weight row at a time, two blocks per vpdpbusd. Per block b the codes
+// are unsigned bytes and x_j = d_b * code_j + c_b:
+//   q5_0:   code = q (0..31),             c = -16 d
+//   q5_1:   code = q (0..31),             c = m
+//   iq4_nl: code = value + 128 (1..241),  c = -128 d
+// so dot(w, x) = sum_b dx_b * (d_b * sum(code * xq) + c_b * sum(xq)).
+
+template <TensorType T>
+SPECD_INLINE __m256i block32_codes(const unsigned char* p, float& d, float& c) {
+    const __m128i low4 = _mm_set1_epi8(0x0f);
+    if constexpr (T == TensorType::IQ4_NL) {
+        const BlockIQ4_NL& b = *reinterpret_cast<const BlockIQ4_NL*>(p);
+        const __m128i qs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs));
+        const __m128i table = _mm_setr_epi8(1, 24, 45, 63, 79, 93, 106, 118, static_cast<char>(129), static_cast<char>(141),
+                                            static_cast<char>(153), static_cast<char>(166), static_cast<char>(181),
+                                            static_cast<char>(197), static_cast<char>(217), static_cast<char>(241));
+        d = fp16_to_fp32(b.d);
+        c = -128.0f * d;
+        return _mm256_set_m128i(_mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(qs, 4), low4)),
+                                _mm_shuffle_epi8(table, _mm_and_si128(qs, low4)));
+    } else {
+        using Block = std::conditional_t<T == TensorType::Q5_0, BlockQ5_0, BlockQ5_1>;
+        const Block& b = *reinterpret_cast<const Block*>(p);
+        const __m128i qs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs));
+        uint32_t qh;
+        std::memcpy(&qh, b.qh, 4);
+        d = fp16_to_fp32(b.d);
+        if constexpr (T == TensorType::Q5_0) c = -16.0f * d;
+        else c = fp16_to_fp32(b.m);
+        const __m256i nibbles = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(qs, 4), low4), _mm_and_si128(qs, low4));
+        return _mm256_or_si256(nibbles, _mm256_maskz_mov_epi8(qh, _mm256_set1_epi8(0x10)));  // bit j -> byte j's 16
+    }
+}
+
+template <TensorType T>
+constexpr size_t block32_bytes() {
+    return T == TensorType::Q5_0 ? sizeof(BlockQ5_0) : T == TensorType::Q5_1 ? sizeof(BlockQ5_1) : sizeof(BlockIQ4_NL);
+}
+
+template <TensorType T, int NR>
+SPECD_INLINE void q32_row(const unsigned char* w, int64_t nb, const PreparedInput& x, int t0, float* y, int64_t ldy) {
+    constexpr size_t bb = block32_bytes<T>();
+    __m512 acc[NR];   // d*dx * sum(code*xq), per lane
+    float cacc[NR];   // c*dx * sum(xq)
+    SPECD_UNROLL
+    for (int r = 0; r < NR; ++r) {
+        acc[r] = _mm512_setzero_ps();
+        cacc[r] = 0.0f;
+    }
+    int64_t b = 0;
+    for (; b + 2 <= nb; b += 2) {
+        const unsigned char* p = w + b * bb;
+        _mm_prefetch(reinterpret_cast<const char*>(p) + kQPrefetchBytes, _MM_HINT_T1);
+        float d0, c0, d1, c1;
+        const __m256i k0 = block32_codes<T>(p, d0, c0);
+        const __m256i k1 = block32_codes<T>(p + bb, d1, c1);
+        const __m512i codes = _mm512_inserti64x4(_mm512_castsi256_si512(k0), k1, 1);
+        SPECD_UNROLL
+        for (int r = 0; r < NR; ++r) {
+            const QuantMeta m0 = *x.q8_meta(b, t0 + r), m1 = *x.q8_meta(b + 1, t0 + r);
+            const __m512i isum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), codes, two_blocks(x.q8_block(b, t0 + r), x.q8_block(b + 1, t0 + r)));
+            const __m512 scale = _mm512_insertf32x8(_mm512_set1_ps(d0 * m0.d), _mm256_set1_ps(d1 * m1.d), 1);
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, acc[r]);
+            cacc[r] += c0 * m0.d * static_cast<float>(m0.corr) + c1 * m1.d * static_cast<float>(m1.corr);
+        }
+    }
+    if (b < nb) {  // an odd last block
+        float d0, c0;
+        const __m256i k0 = block32_codes<T>(w + b * bb, d0, c0);
+        SPECD_UNROLL
+        for (int r = 0; r < NR; ++r) {
+            const QuantMeta m0 = *x.q8_meta(b, t0 + r);
+            const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q8_block(b, t0 + r)));
+            const __m256i isum = _mm256_dpbusd_epi32(_mm256_setzero_si256(), k0, a);
+            const __m512 scale = _mm512_castps256_ps512(_mm256_set1_ps(d0 * m0.d));
+            acc[r] = _mm512_mask3_fmadd_ps(_mm512_cvtepi32_ps(_mm512_castsi256_si512(isum)), scale, acc[r], 0x00ff);
+            cacc[r] += c0 * m0.d * static_cast<float>(m0.corr);
+        }
+    }
+    SPECD_UNROLL
+    for (int r = 0; r < NR; ++r) y[(t0 + r) * ldy] = _mm512_reduce_add_ps(acc[r]) + cacc[r];
+}
+
+template <TensorType T, int NR>
+SPECD_INLINE void q32_rows_n(int nr, const unsigned char* w, int64_t nb, const PreparedInput& x, int t0, float* y, int64_t ldy) {
+    if constexpr (NR > 0) {
+        if (nr == NR) return q32_row<T, NR>(w, nb, x, t0, y, ldy);
+        q32_rows_n<T, NR - 1>(nr, w, nb, x, t0, y, ldy);
+    }
+}
+
+template <TensorType T>
+void q32_matmul(const unsigned char* W, size_t rb, const PreparedInput& x, float* y, int64_t ldy, int64_t n0, int64_t n1) {
+    const int64_t nb = x.k() / 32;
+    const int rows = x.rows();
+    for (int64_t n = n0; n < n1; ++n) {
+        for (int t0 = 0; t0 < rows; t0 += kKqRows) {
+            q32_rows_n<T, kKqRows>(std::min(kKqRows, rows - t0), W + n * rb, nb, x, t0, y + n, ldy);
+        }
+    }
+}
+
 template <TensorType T>
 void matmul_float(const unsigned char* W, size_t rb, const PreparedInput& x, float* y, int64_t ldy, int64_t n0,
                   int64_t n1) {
@@ -854,6 +958,9 @@ void matmul_avx512(TensorType type, const void* W, const PreparedInput& x, float
         case TensorType::Q4_K: kq_matmul<BlockQ4_K>(w, rb, x, y, ldy, n0, n1); return;
         case TensorType::Q5_K: kq_matmul<BlockQ5_K>(w, rb, x, y, ldy, n0, n1); return;
         case TensorType::Q6_K: kq_matmul<BlockQ6_K>(w, rb, x, y, ldy, n0, n1); return;
+        case TensorType::Q5_0: q32_matmul<TensorType::Q5_0>(w, rb, x, y, ldy, n0, n1); return;
+        case TensorType::Q5_1: q32_matmul<TensorType::Q5_1>(w, rb, x, y, ldy, n0, n1); return;
+        case TensorType::IQ4_NL: q32_matmul<TensorType::IQ4_NL>(w, rb, x, y, ldy, n0, n1); return;
         default: matmul_dequant_avx512(type, W, x, y, ldy, n0, n1); return;
     }
 }

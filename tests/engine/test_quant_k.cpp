@@ -1,7 +1,7 @@
 // The K-quant and fallback types (q5_0, q5_1, iq4_nl, q2_K..q6_K, iq4_xs):
 // their table entries, blocks decoded by hand, the corrupt-scale check, every
 // ISA's matmul against double sums on random blocks (partial row groups and
-// output ranges included; Q4_K, Q5_K and Q6_K over the q8 activations they read,
+// output ranges included; the integer kernels over the q8 activations they read,
 // 1e-5 of sum |w x|, and within 0.02 of it over the f32 ones), and a model
 // mixing all of them per layer and per role, whose fast forward pass must
 // agree with the scalar reference.
@@ -237,11 +237,11 @@ TEST_CASE("matmul, K-quant and fallback weights: every ISA matches double sums o
                 std::vector<float> x(static_cast<size_t>(rows * ldx), NAN);  // the gap would poison a wrong read
                 for (int t = 0; t < rows; ++t)
                     for (int64_t i = 0; i < K; ++i) x[static_cast<size_t>(t * ldx + i)] = normal(rng);
-                // The activations as the kernels see them: f32, or (Q4_K, Q5_K, Q6_K)
+                // The activations as the kernels see them: f32 (q2_K, q3_K, iq4_xs), or
                 // q8 codes times their block scales, the same bits on every ISA.
                 PreparedInput in0;
                 in0.set_shape(kt.type, rows, K);
-                CHECK(in0.quantized() == (kt.type == TensorType::Q4_K || kt.type == TensorType::Q5_K || kt.type == TensorType::Q6_K));
+                CHECK(in0.quantized() == (kt.type != TensorType::Q2_K && kt.type != TensorType::Q3_K && kt.type != TensorType::IQ4_XS));
                 in0.prepare_rows(Isa::Scalar, x.data(), ldx, 0, rows);
                 std::vector<double> xe(static_cast<size_t>(rows * K));  // (rows, K)
                 for (int t = 0; t < rows; ++t) {
@@ -297,21 +297,21 @@ TEST_CASE("matmul, K-quant and fallback weights: every ISA matches double sums o
     }
 }
 
-TEST_CASE("RoleInput: one f32 layout feeds the decoded types, one q8 layout Q4_K, Q5_K and Q6_K, q8_0 its own; an unknown "
-          "type is refused",
+TEST_CASE("RoleInput: one f32 layout feeds the decoded types, one q8 layout the integer-kernel types, q8_0 its own; an "
+          "unknown type is refused",
           "[quant_k][kernels]") {
     RoleInput role;
-    const TensorType types[] = {TensorType::Q5_0, TensorType::Q8_0, TensorType::Q4_K, TensorType::Q6_K, TensorType::Q5_0};
+    const TensorType types[] = {TensorType::Q5_0, TensorType::Q8_0, TensorType::Q4_K, TensorType::Q6_K, TensorType::Q3_K};
     role.init(types, 4, 256);
     CHECK(role.n_layouts() == 3);
-    CHECK(&role.for_type(TensorType::Q4_K) == &role.for_type(TensorType::Q6_K));
-    CHECK(&role.for_type(TensorType::Q4_K) == &role.for_type(TensorType::Q5_K));
-    CHECK(&role.for_type(TensorType::Q4_K) != &role.for_type(TensorType::Q5_0));
+    for (TensorType t : {TensorType::Q6_K, TensorType::Q5_K, TensorType::Q5_0, TensorType::Q5_1, TensorType::IQ4_NL}) {
+        CHECK(&role.for_type(TensorType::Q4_K) == &role.for_type(t));
+    }
     CHECK(&role.for_type(TensorType::Q8_0) != &role.for_type(TensorType::Q5_0));
-    CHECK(&role.for_type(TensorType::Q8_0) != &role.for_type(TensorType::Q6_K));
+    CHECK(&role.for_type(TensorType::Q3_K) != &role.for_type(TensorType::Q5_0));
     CHECK(role.for_type(TensorType::Q8_0).quantized());
     CHECK(role.for_type(TensorType::Q6_K).quantized());
-    CHECK_FALSE(role.for_type(TensorType::Q5_0).quantized());
+    CHECK_FALSE(role.for_type(TensorType::Q3_K).quantized());
     CHECK_THROWS_WITH(role.for_type(TensorType::Q4_0), Catch::Contains("q4_0"));
     PreparedInput q8;
     q8.set_shape(TensorType::Q8_0, 1, 256);
@@ -429,9 +429,9 @@ TEST_CASE("a model mixing every read-only type per layer and role: the fast forw
                 max_diff = std::max(max_diff, std::fabs(logits[t * V + i] - want[t][i]));
             }
             INFO("isa " << isa << " position " << t << ": max |diff| " << max_diff << " of max |logit| " << max_ref);
-            // q8_0, Q4_K and Q6_K weights quantise activations (as ggml
-            // does; 5 of the 16 matrices here), the rest differs from the
-            // reference in summation order alone.
+            // All but the q2_K, q3_K and iq4_xs weights quantise the
+            // activations (as ggml does); those differ from the reference in
+            // summation order alone.
             CHECK(max_ref > 0.1f);
             CHECK(max_diff <= 0.05f * max_ref);
         }
