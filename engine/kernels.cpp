@@ -163,7 +163,8 @@ int32_t PreparedInput::correction_multiplier(TensorType type) {
         case TensorType::Q6_K:
         case TensorType::Q5_0:
         case TensorType::Q5_1:
-        case TensorType::IQ4_NL: return 1;
+        case TensorType::IQ4_NL:
+        case TensorType::IQ4_XS: return 1;
         default: return 0;
     }
 }
@@ -418,14 +419,15 @@ void matmul_kq_scalar(TensorType type, const void* W, const PreparedInput& x, fl
     }
 }
 
-// q5_0, q5_1 and iq4_nl against q8 activations (corr = sum): per block,
-// x_j = d * code_j + c with code = q, c = -16 d (q5_0); code = q, c = m
-// (q5_1); code = value + 128, c = -128 d (iq4_nl), and
+// q5_0, q5_1, iq4_nl and iq4_xs against q8 activations (corr = sum): per
+// block of 32, x_j = d * code_j + c with code = q, c = -16 d (q5_0); code =
+// q, c = m (q5_1); code = value + 128, c = -128 d (iq4_nl; iq4_xs's groups
+// of 32 with d = d_super * (ls - 32)), and
 // dot = sum_b dx_b * (d_b * sum(code * xq) + c_b * sum(xq)).
 void matmul_q32_scalar(TensorType type, const void* W, const PreparedInput& x, float* y, int64_t ldy, int64_t n0,
                        int64_t n1) {
     const int64_t nb = x.k() / kQuantBlock;
-    const size_t rb = tensor_row_bytes(type, x.k()), bb = tensor_type_block_bytes(type);
+    const size_t rb = tensor_row_bytes(type, x.k()), bb = type == TensorType::IQ4_XS ? 0 : tensor_type_block_bytes(type);
     for (int64_t n = n0; n < n1; ++n) {
         const unsigned char* w = static_cast<const unsigned char*>(W) + static_cast<size_t>(n) * rb;
         for (int t = 0; t < x.rows(); ++t) {
@@ -434,13 +436,25 @@ void matmul_q32_scalar(TensorType type, const void* W, const PreparedInput& x, f
                 const unsigned char* p = w + static_cast<size_t>(b) * bb;
                 int code[32];
                 float d, c;
-                if (type == TensorType::IQ4_NL) {
-                    const BlockIQ4_NL& blk = *reinterpret_cast<const BlockIQ4_NL*>(p);
-                    for (int j = 0; j < 16; ++j) {
-                        code[j] = kIq4NlValues[blk.qs[j] & 0x0f] + 128;
-                        code[j + 16] = kIq4NlValues[blk.qs[j] >> 4] + 128;
+                if (type == TensorType::IQ4_NL || type == TensorType::IQ4_XS) {
+                    // IQ4_XS: group b % 8 of super-block b / 8, an iq4_nl block
+                    // whose scale is d * (ls - 32).
+                    const uint8_t* qs;
+                    if (type == TensorType::IQ4_NL) {
+                        const BlockIQ4_NL& blk = *reinterpret_cast<const BlockIQ4_NL*>(p);
+                        qs = blk.qs;
+                        d = fp16_to_fp32(blk.d);
+                    } else {
+                        const BlockIQ4_XS& s = reinterpret_cast<const BlockIQ4_XS*>(w)[b / 8];
+                        const int g = static_cast<int>(b % 8);
+                        const int ls = ((s.scales_l[g / 2] >> (4 * (g % 2))) & 0x0f) | (((s.scales_h >> (2 * g)) & 3) << 4);
+                        qs = s.qs + 16 * g;
+                        d = fp16_to_fp32(s.d) * static_cast<float>(ls - 32);
                     }
-                    d = fp16_to_fp32(blk.d);
+                    for (int j = 0; j < 16; ++j) {
+                        code[j] = kIq4NlValues[qs[j] & 0x0f] + 128;
+                        code[j + 16] = kIq4NlValues[qs[j] >> 4] + 128;
+                    }
                     c = -128.0f * d;
                 } else {
                     // q5_0 and q5_1 share the qh/qs layout after their fp16 field(s).
@@ -509,7 +523,8 @@ void matmul_scalar(TensorType type, const void* W, const PreparedInput& x, float
         case TensorType::Q6_K: matmul_kq_scalar(type, W, x, y, ldy, n0, n1); return;
         case TensorType::Q5_0:
         case TensorType::Q5_1:
-        case TensorType::IQ4_NL: matmul_q32_scalar(type, W, x, y, ldy, n0, n1); return;
+        case TensorType::IQ4_NL:
+        case TensorType::IQ4_XS: matmul_q32_scalar(type, W, x, y, ldy, n0, n1); return;
         default: matmul_dequant_scalar(type, W, x, y, ldy, n0, n1); return;
     }
 }

@@ -18,7 +18,7 @@ enum class Isa { Scalar, Avx2, Avx512 };
 // Per (block, row) data of q8_0-prepared activations, side by side so a
 // kernel fetches both with one 8-byte load.
 struct QuantMeta {
-    int32_t corr;  // -128 * sum(q) for q8_0 weights, -8 * sum(q) for q4_0, sum(q) for q5_0/q5_1/iq4_nl/Q4_K/Q5_K/Q6_K
+    int32_t corr;  // -128 * sum(q) for q8_0 weights, -8 * sum(q) for q4_0, sum(q) for the other q8-layout types
     float d;       // scale: x ~= d * q
 };
 
@@ -38,11 +38,11 @@ const char* isa_name(Isa isa);  // "scalar", "avx2", "avx512"
 // padded to a multiple of 16, plus a 16-row-panel transposed copy when there
 // are many rows); for q8_0/q4_0 weights they are quantised to q8_0 blocks of
 // 32 (K % 32 == 0) as ggml does, but keep their scales in f32 (ggml rounds
-// them to fp16), bit-identically on every ISA. q5_0, q5_1, iq4_nl, Q4_K,
-// Q5_K and Q6_K weights read the same q8 blocks of 32 with corr = sum (their
-// integer kernels scale per block, per 32 or per 16 weights). q2_K, q3_K and
-// iq4_xs read the f32 layout: their kernels decode a block of weights and
-// dot it with the f32 rows.
+// them to fp16), bit-identically on every ISA. q5_0, q5_1, iq4_nl, iq4_xs,
+// Q4_K, Q5_K and Q6_K weights read the same q8 blocks of 32 with corr = sum
+// (their integer kernels scale per 32 or per 16 weights). q2_K and q3_K read
+// the f32 layout: their kernels decode a block of weights and dot it with
+// the f32 rows.
 class PreparedInput {
 public:
     PreparedInput();
@@ -69,14 +69,14 @@ public:
     // True when this input, prepared for weight_type(), can feed weights of
     // `type`: the f32 layout serves every type that reads it, a q8 layout
     // the types with the same correction (q8_0 alone, q4_0 alone; q5_0,
-    // q5_1, iq4_nl, Q4_K, Q5_K and Q6_K together).
+    // q5_1, iq4_nl, iq4_xs, Q4_K, Q5_K and Q6_K together).
     bool serves(TensorType type) const;
-    // True when `type`'s weights read a q8 layout (q8_0, q4_0, q5_0, q5_1,
-    // iq4_nl, Q4_K, Q5_K, Q6_K).
+    // True when `type`'s weights read a q8 layout (all but f32, f16, bf16,
+    // q2_K and q3_K).
     static bool quantized_layout(TensorType type) { return correction_multiplier(type) != 0; }
     // The q8 layout's corr = multiplier * sum(q): -128 (q8_0), -8 (q4_0),
-    // 1 (q5_0, q5_1, iq4_nl, Q4_K, Q5_K, Q6_K); 0 for the types that read
-    // the f32 layout.
+    // 1 (q5_0, q5_1, iq4_nl, iq4_xs, Q4_K, Q5_K, Q6_K); 0 for the types that
+    // read the f32 layout.
     static int32_t correction_multiplier(TensorType type);
 
     int rows() const { return rows_; }

@@ -397,8 +397,8 @@ inline __attribute__((always_inline)) void q4_k_row(const Block* blocks, int64_t
             }
         }
         const __m128i sm = q4_k_scale_bytes(b.scales);
-        const __m256 dsc = _mm256_mul_ps(_mm256_set1_ps(fp16_to_fp32(b.d)), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(sm)));
-        const __m256 dm = _mm256_mul_ps(_mm256_set1_ps(fp16_to_fp32(b.dmin)),
+        const __m256 dsc = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b.d)), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(sm)));
+        const __m256 dm = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b.dmin)),
                                         _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(sm, 8))));
         for (int r = 0; r < NR; ++r) {
             const int8_t* a = x.q8_block(8 * sb, t0 + r);
@@ -446,7 +446,7 @@ inline __attribute__((always_inline)) void q6_k_row(const BlockQ6_K* blocks, int
             _mm_prefetch(reinterpret_cast<const char*>(&b) + kQPrefetchBytes + o, _MM_HINT_T1);
         }
         const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales));
-        const __m256 d = _mm256_set1_ps(fp16_to_fp32(b.d));
+        const __m256 d = _mm256_set1_ps(_cvtsh_ss(b.d));
         __m256i c[8];  // codes of weights 32j .. 32j+31
         __m256 s[8];   // d * the scale of each lane's 16 weights
         for (int h = 0; h < 2; ++h) {
@@ -507,7 +507,7 @@ void kq_matmul(const unsigned char* W, size_t rb, const PreparedInput& x, float*
     }
 }
 
-// ----------------------------------- q5_0 / q5_1 / iq4_nl, q8 activations ---
+// ------------------------- q5_0 / q5_1 / iq4_nl (and iq4_xs), q8 activations ---
 // The 32-weight types llama.cpp falls back to (rows not a multiple of 256),
 // one weight row at a time, per block b: x_j = d_b * code_j + c_b, so
 // dot(w, x) = sum_b dx_b * (d_b * sum(code * xq) + c_b * sum(xq)), with
@@ -532,7 +532,7 @@ inline __m256i block32_codes(const unsigned char* p, float& d, float& c) {
         const BlockIQ4_NL& b = *reinterpret_cast<const BlockIQ4_NL*>(p);
         const __m128i qs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs));
         const __m128i table = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4NlValues));
-        d = fp16_to_fp32(b.d);
+        d = _cvtsh_ss(b.d);
         c = 0.0f;
         return _mm256_set_m128i(_mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(qs, 4), low4)),
                                 _mm_shuffle_epi8(table, _mm_and_si128(qs, low4)));
@@ -542,9 +542,9 @@ inline __m256i block32_codes(const unsigned char* p, float& d, float& c) {
         const __m128i qs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs));
         uint32_t qh;
         std::memcpy(&qh, b.qh, 4);
-        d = fp16_to_fp32(b.d);
+        d = _cvtsh_ss(b.d);
         if constexpr (T == TensorType::Q5_0) c = -16.0f * d;
-        else c = fp16_to_fp32(b.m);
+        else c = _cvtsh_ss(b.m);
         const __m256i nibbles = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(qs, 4), low4), _mm_and_si128(qs, low4));
         return _mm256_or_si256(nibbles, bits_to_0x10(qh));
     }
@@ -555,10 +555,35 @@ constexpr size_t block32_bytes() {
     return T == TensorType::Q5_0 ? sizeof(BlockQ5_0) : T == TensorType::Q5_1 ? sizeof(BlockQ5_1) : sizeof(BlockIQ4_NL);
 }
 
+// Bytes of a row per 32 weights (IQ4_XS: 136 per 256, rounded down; only
+// the prefetch distance uses it).
+template <TensorType T>
+constexpr size_t kBytesPer32 = T == TensorType::IQ4_XS ? sizeof(BlockIQ4_XS) / 8 : block32_bytes<T>();
+
+// Codes, d and c of the b-th 32 weights of a row: a whole block of the
+// 32-weight types, or group b % 8 of IQ4_XS super-block b / 8 (iq4_nl's
+// codes with d = d_super * (ls - 32)).
+template <TensorType T>
+inline __attribute__((always_inline)) __m256i group_codes(const unsigned char* w, int64_t b, float& d, float& c) {
+    if constexpr (T == TensorType::IQ4_XS) {
+        const BlockIQ4_XS& s = reinterpret_cast<const BlockIQ4_XS*>(w)[b / 8];
+        const int g = static_cast<int>(b % 8);
+        const int ls = ((s.scales_l[g / 2] >> (4 * (g % 2))) & 0x0f) | (((s.scales_h >> (2 * g)) & 3) << 4);
+        d = _cvtsh_ss(s.d) * static_cast<float>(ls - 32);
+        c = 0.0f;
+        const __m128i low4 = _mm_set1_epi8(0x0f);
+        const __m128i qs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s.qs + 16 * g));
+        const __m128i table = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4NlValues));
+        return _mm256_set_m128i(_mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(qs, 4), low4)),
+                                _mm_shuffle_epi8(table, _mm_and_si128(qs, low4)));
+    } else {
+        return block32_codes<T>(w + b * block32_bytes<T>(), d, c);
+    }
+}
+
 template <TensorType T, int NR>
 inline __attribute__((always_inline)) void q32_row(const unsigned char* w, int64_t nb, const PreparedInput& x, int t0,
                                                    float* y, int64_t ldy) {
-    constexpr size_t bb = block32_bytes<T>();
     __m256 acc[NR];  // d*dx * sum(code*xq), per lane
     float cacc[NR];  // c*dx * sum(xq)
     for (int r = 0; r < NR; ++r) {
@@ -566,18 +591,18 @@ inline __attribute__((always_inline)) void q32_row(const unsigned char* w, int64
         cacc[r] = 0.0f;
     }
     for (int64_t b = 0; b < nb; ++b) {
-        const unsigned char* p = w + b * bb;
-        _mm_prefetch(reinterpret_cast<const char*>(p) + kQPrefetchBytes, _MM_HINT_T1);
+        _mm_prefetch(reinterpret_cast<const char*>(w + b * kBytesPer32<T>) + kQPrefetchBytes, _MM_HINT_T1);
         float d, c;
-        const __m256i codes = block32_codes<T>(p, d, c);
-        const __m256i mag = T == TensorType::IQ4_NL ? _mm256_sign_epi8(codes, codes) : codes;  // |code|
+        const __m256i codes = group_codes<T>(w, b, d, c);
+        constexpr bool kSigned = T == TensorType::IQ4_NL || T == TensorType::IQ4_XS;
+        const __m256i mag = kSigned ? _mm256_sign_epi8(codes, codes) : codes;  // |code|
         for (int r = 0; r < NR; ++r) {
             const QuantMeta m = *x.q8_meta(b, t0 + r);
             __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q8_block(b, t0 + r)));
-            if constexpr (T == TensorType::IQ4_NL) a = _mm256_sign_epi8(a, codes);
+            if constexpr (kSigned) a = _mm256_sign_epi8(a, codes);
             const __m256i isum = _mm256_madd_epi16(_mm256_maddubs_epi16(mag, a), _mm256_set1_epi16(1));
             acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(d * m.d), acc[r]);
-            if constexpr (T != TensorType::IQ4_NL) cacc[r] += c * m.d * static_cast<float>(m.corr);
+            if constexpr (!kSigned) cacc[r] += c * m.d * static_cast<float>(m.corr);
         }
     }
     for (int r = 0; r < NR; ++r) y[(t0 + r) * ldy] = hsum8(acc[r]) + cacc[r];
@@ -627,6 +652,7 @@ void matmul_avx2(TensorType type, const void* W, const PreparedInput& x, float* 
         case TensorType::Q5_0: q32_matmul<TensorType::Q5_0>(w, rb, x, y, ldy, n0, n1); return;
         case TensorType::Q5_1: q32_matmul<TensorType::Q5_1>(w, rb, x, y, ldy, n0, n1); return;
         case TensorType::IQ4_NL: q32_matmul<TensorType::IQ4_NL>(w, rb, x, y, ldy, n0, n1); return;
+        case TensorType::IQ4_XS: q32_matmul<TensorType::IQ4_XS>(w, rb, x, y, ldy, n0, n1); return;
         default: matmul_dequant_avx2(type, W, x, y, ldy, n0, n1); return;
     }
 }

@@ -723,8 +723,8 @@ SPECD_INLINE void q4_k_row(const Block* blocks, int64_t nsb, const PreparedInput
             hi1 = _mm512_or_si512(hi1, bit(5, 7));
         }
         const __m128i sm = q4_k_scale_bytes(b.scales);
-        const __m256 dsc = _mm256_mul_ps(_mm256_set1_ps(fp16_to_fp32(b.d)), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(sm)));
-        const __m256 dm = _mm256_mul_ps(_mm256_set1_ps(fp16_to_fp32(b.dmin)),
+        const __m256 dsc = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b.d)), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(sm)));
+        const __m256 dm = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b.dmin)),
                                         _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(sm, 8))));
         SPECD_UNROLL
         for (int r = 0; r < NR; ++r) {
@@ -769,7 +769,7 @@ SPECD_INLINE void q6_k_row(const BlockQ6_K* blocks, int64_t nsb, const PreparedI
         const BlockQ6_K& b = blocks[sb];
         prefetch_ahead<sizeof(BlockQ6_K)>(&b);
         const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales));
-        const __m512 d = _mm512_set1_ps(fp16_to_fp32(b.d));
+        const __m512 d = _mm512_set1_ps(_cvtsh_ss(b.d));
         __m512i v[4];  // 64 codes each: elements 64k .. 64k+63 of the super-block
         __m512 s[4];   // d * scale of each lane's group
         SPECD_UNROLL
@@ -832,7 +832,7 @@ void kq_matmul(const unsigned char* W, size_t rb, const PreparedInput& x, float*
     }
 }
 
-// ----------------------------------- q5_0 / q5_1 / iq4_nl, q8 activations ---
+// ------------------------- q5_0 / q5_1 / iq4_nl (and iq4_xs), q8 activations ---
 // The 32-weight types llama.cpp falls back to (rows not a multiple of 256),
 // one weight row at a time, two blocks per vpdpbusd. Per block b the codes
 // are unsigned bytes and x_j = d_b * code_j + c_b:
@@ -850,7 +850,7 @@ SPECD_INLINE __m256i block32_codes(const unsigned char* p, float& d, float& c) {
         const __m128i table = _mm_setr_epi8(1, 24, 45, 63, 79, 93, 106, 118, static_cast<char>(129), static_cast<char>(141),
                                             static_cast<char>(153), static_cast<char>(166), static_cast<char>(181),
                                             static_cast<char>(197), static_cast<char>(217), static_cast<char>(241));
-        d = fp16_to_fp32(b.d);
+        d = _cvtsh_ss(b.d);
         c = -128.0f * d;
         return _mm256_set_m128i(_mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(qs, 4), low4)),
                                 _mm_shuffle_epi8(table, _mm_and_si128(qs, low4)));
@@ -860,9 +860,9 @@ SPECD_INLINE __m256i block32_codes(const unsigned char* p, float& d, float& c) {
         const __m128i qs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs));
         uint32_t qh;
         std::memcpy(&qh, b.qh, 4);
-        d = fp16_to_fp32(b.d);
+        d = _cvtsh_ss(b.d);
         if constexpr (T == TensorType::Q5_0) c = -16.0f * d;
-        else c = fp16_to_fp32(b.m);
+        else c = _cvtsh_ss(b.m);
         const __m256i nibbles = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(qs, 4), low4), _mm_and_si128(qs, low4));
         return _mm256_or_si256(nibbles, _mm256_maskz_mov_epi8(qh, _mm256_set1_epi8(0x10)));  // bit j -> byte j's 16
     }
@@ -873,9 +873,36 @@ constexpr size_t block32_bytes() {
     return T == TensorType::Q5_0 ? sizeof(BlockQ5_0) : T == TensorType::Q5_1 ? sizeof(BlockQ5_1) : sizeof(BlockIQ4_NL);
 }
 
+// Bytes of a row per 32 weights (IQ4_XS: 136 per 256, rounded down; only
+// the prefetch distance uses it).
+template <TensorType T>
+constexpr size_t kBytesPer32 = T == TensorType::IQ4_XS ? sizeof(BlockIQ4_XS) / 8 : block32_bytes<T>();
+
+// Codes, d and c of the b-th 32 weights of a row: a whole block of the
+// 32-weight types, or group b % 8 of IQ4_XS super-block b / 8 (iq4_nl's
+// codes with d = d_super * (ls - 32)).
+template <TensorType T>
+SPECD_INLINE __m256i group_codes(const unsigned char* w, int64_t b, float& d, float& c) {
+    if constexpr (T == TensorType::IQ4_XS) {
+        const BlockIQ4_XS& s = reinterpret_cast<const BlockIQ4_XS*>(w)[b / 8];
+        const int g = static_cast<int>(b % 8);
+        const int ls = ((s.scales_l[g / 2] >> (4 * (g % 2))) & 0x0f) | (((s.scales_h >> (2 * g)) & 3) << 4);
+        d = _cvtsh_ss(s.d) * static_cast<float>(ls - 32);
+        c = -128.0f * d;
+        const __m128i low4 = _mm_set1_epi8(0x0f);
+        const __m128i qs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s.qs + 16 * g));
+        const __m128i table = _mm_setr_epi8(1, 24, 45, 63, 79, 93, 106, 118, static_cast<char>(129), static_cast<char>(141),
+                                            static_cast<char>(153), static_cast<char>(166), static_cast<char>(181),
+                                            static_cast<char>(197), static_cast<char>(217), static_cast<char>(241));
+        return _mm256_set_m128i(_mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(qs, 4), low4)),
+                                _mm_shuffle_epi8(table, _mm_and_si128(qs, low4)));
+    } else {
+        return block32_codes<T>(w + b * block32_bytes<T>(), d, c);
+    }
+}
+
 template <TensorType T, int NR>
 SPECD_INLINE void q32_row(const unsigned char* w, int64_t nb, const PreparedInput& x, int t0, float* y, int64_t ldy) {
-    constexpr size_t bb = block32_bytes<T>();
     __m512 acc[NR];   // d*dx * sum(code*xq), per lane
     float cacc[NR];   // c*dx * sum(xq)
     SPECD_UNROLL
@@ -885,11 +912,10 @@ SPECD_INLINE void q32_row(const unsigned char* w, int64_t nb, const PreparedInpu
     }
     int64_t b = 0;
     for (; b + 2 <= nb; b += 2) {
-        const unsigned char* p = w + b * bb;
-        _mm_prefetch(reinterpret_cast<const char*>(p) + kQPrefetchBytes, _MM_HINT_T1);
+        _mm_prefetch(reinterpret_cast<const char*>(w + b * kBytesPer32<T>) + kQPrefetchBytes, _MM_HINT_T1);
         float d0, c0, d1, c1;
-        const __m256i k0 = block32_codes<T>(p, d0, c0);
-        const __m256i k1 = block32_codes<T>(p + bb, d1, c1);
+        const __m256i k0 = group_codes<T>(w, b, d0, c0);
+        const __m256i k1 = group_codes<T>(w, b + 1, d1, c1);
         const __m512i codes = _mm512_inserti64x4(_mm512_castsi256_si512(k0), k1, 1);
         SPECD_UNROLL
         for (int r = 0; r < NR; ++r) {
@@ -902,7 +928,7 @@ SPECD_INLINE void q32_row(const unsigned char* w, int64_t nb, const PreparedInpu
     }
     if (b < nb) {  // an odd last block
         float d0, c0;
-        const __m256i k0 = block32_codes<T>(w + b * bb, d0, c0);
+        const __m256i k0 = group_codes<T>(w, b, d0, c0);
         SPECD_UNROLL
         for (int r = 0; r < NR; ++r) {
             const QuantMeta m0 = *x.q8_meta(b, t0 + r);
@@ -961,6 +987,7 @@ void matmul_avx512(TensorType type, const void* W, const PreparedInput& x, float
         case TensorType::Q5_0: q32_matmul<TensorType::Q5_0>(w, rb, x, y, ldy, n0, n1); return;
         case TensorType::Q5_1: q32_matmul<TensorType::Q5_1>(w, rb, x, y, ldy, n0, n1); return;
         case TensorType::IQ4_NL: q32_matmul<TensorType::IQ4_NL>(w, rb, x, y, ldy, n0, n1); return;
+        case TensorType::IQ4_XS: q32_matmul<TensorType::IQ4_XS>(w, rb, x, y, ldy, n0, n1); return;
         default: matmul_dequant_avx512(type, W, x, y, ldy, n0, n1); return;
     }
 }

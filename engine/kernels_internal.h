@@ -6,7 +6,7 @@
 //                                    are interleaved: (kp/16, rows, 16)
 //                   panel(p)         (k, 16) f32, element [kk][l] = x[16p + l][kk], 0 past rows;
 //                                    only when has_panels() (rows >= kPanelMinRows)
-//   q8_0/q4_0/q5_0/q5_1/iq4_nl/Q4_K/Q5_K/Q6_K: q8_block(b, r)   (32) int8, block b of x row r: (n_blocks, rows, 32)
+//   all quantised types but q2_K/q3_K: q8_block(b, r)   (32) int8, block b of x row r: (n_blocks, rows, 32)
 //                   q8_meta(b, r)    {corr, d}: (n_blocks, rows) of 8 bytes
 //                                    d: x[r][32b + j] ~= d * q8_block(b, r)[j]
 //                                    corr: -128 * sum_j q (q8_0 weights) or -8 * sum_j q (q4_0
@@ -62,11 +62,11 @@ void pack_panel_avx512(const float* x, int64_t ldx, int64_t k, float* panel);
 void matmul_kq_scalar(TensorType type, const void* W, const PreparedInput& x, float* y, int64_t ldy, int64_t n_begin,
                       int64_t n_end);
 
-// q5_0, q5_1 and iq4_nl weights against the q8 layout (corr = sum).
+// q5_0, q5_1, iq4_nl and iq4_xs weights against the q8 layout (corr = sum).
 void matmul_q32_scalar(TensorType type, const void* W, const PreparedInput& x, float* y, int64_t ldy, int64_t n_begin,
                        int64_t n_end);
 
-// The types without integer kernels (q2_K, q3_K, iq4_xs):
+// The types without integer kernels (q2_K, q3_K):
 // each weight block (at most kDequantMaxBlock elements) is decoded once per
 // group of up to kDequantRowGroup activation rows and dotted with their f32
 // layout. The scalar build is the reference the others are tested against.

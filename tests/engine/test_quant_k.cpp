@@ -237,11 +237,11 @@ TEST_CASE("matmul, K-quant and fallback weights: every ISA matches double sums o
                 std::vector<float> x(static_cast<size_t>(rows * ldx), NAN);  // the gap would poison a wrong read
                 for (int t = 0; t < rows; ++t)
                     for (int64_t i = 0; i < K; ++i) x[static_cast<size_t>(t * ldx + i)] = normal(rng);
-                // The activations as the kernels see them: f32 (q2_K, q3_K, iq4_xs), or
+                // The activations as the kernels see them: f32 (q2_K, q3_K), or
                 // q8 codes times their block scales, the same bits on every ISA.
                 PreparedInput in0;
                 in0.set_shape(kt.type, rows, K);
-                CHECK(in0.quantized() == (kt.type != TensorType::Q2_K && kt.type != TensorType::Q3_K && kt.type != TensorType::IQ4_XS));
+                CHECK(in0.quantized() == (kt.type != TensorType::Q2_K && kt.type != TensorType::Q3_K));
                 in0.prepare_rows(Isa::Scalar, x.data(), ldx, 0, rows);
                 std::vector<double> xe(static_cast<size_t>(rows * K));  // (rows, K)
                 for (int t = 0; t < rows; ++t) {
@@ -304,7 +304,8 @@ TEST_CASE("RoleInput: one f32 layout feeds the decoded types, one q8 layout the 
     const TensorType types[] = {TensorType::Q5_0, TensorType::Q8_0, TensorType::Q4_K, TensorType::Q6_K, TensorType::Q3_K};
     role.init(types, 4, 256);
     CHECK(role.n_layouts() == 3);
-    for (TensorType t : {TensorType::Q6_K, TensorType::Q5_K, TensorType::Q5_0, TensorType::Q5_1, TensorType::IQ4_NL}) {
+    for (TensorType t : {TensorType::Q6_K, TensorType::Q5_K, TensorType::Q5_0, TensorType::Q5_1, TensorType::IQ4_NL,
+                         TensorType::IQ4_XS}) {
         CHECK(&role.for_type(TensorType::Q4_K) == &role.for_type(t));
     }
     CHECK(&role.for_type(TensorType::Q8_0) != &role.for_type(TensorType::Q5_0));
@@ -378,14 +379,14 @@ std::string write_mixed_model(const std::string& path, uint32_t seed, TensorType
     for (int l = 0; l < 2; ++l) {
         const std::string p = "blk." + std::to_string(l) + ".";
         ones(p + "attn_norm.weight");
-        add(p + "attn_q.weight", dim, dim, q[l], 0.1f);
-        add(p + "attn_k.weight", dim, kv_dim, k[l], 0.1f);
-        add(p + "attn_v.weight", dim, kv_dim, v[l], 0.1f);
-        add(p + "attn_output.weight", dim, dim, o[l], 0.06f);
+        add(p + "attn_q.weight", dim, dim, q[l], 0.06f);
+        add(p + "attn_k.weight", dim, kv_dim, k[l], 0.06f);
+        add(p + "attn_v.weight", dim, kv_dim, v[l], 0.06f);
+        add(p + "attn_output.weight", dim, dim, o[l], 0.04f);
         ones(p + "ffn_norm.weight");
-        add(p + "ffn_gate.weight", dim, ffn, gate[l], 0.1f);
-        add(p + "ffn_up.weight", dim, ffn, up[l], 0.1f);
-        add(p + "ffn_down.weight", ffn, dim, down[l], 0.05f);
+        add(p + "ffn_gate.weight", dim, ffn, gate[l], 0.06f);
+        add(p + "ffn_up.weight", dim, ffn, up[l], 0.06f);
+        add(p + "ffn_down.weight", ffn, dim, down[l], 0.04f);
     }
     ones("output_norm.weight");
     add("output.weight", dim, vocab, T::IQ4_XS, 0.3f);
@@ -404,7 +405,6 @@ TEST_CASE("a model mixing every read-only type per layer and role: the fast forw
     std::vector<std::vector<float>> want;
     for (int32_t t : tokens) want.push_back(ref.step(t));
     ThreadPool pool(2);
-    std::vector<float> scalar_logits;
     for (const char* isa : {"scalar", "avx2", "avx512"}) {
         setenv("SPECD_ISA", isa, 1);
         ForwardPass fwd(*model, pool);
@@ -429,23 +429,12 @@ TEST_CASE("a model mixing every read-only type per layer and role: the fast forw
                 max_diff = std::max(max_diff, std::fabs(logits[t * V + i] - want[t][i]));
             }
             INFO("isa " << isa << " position " << t << ": max |diff| " << max_diff << " of max |logit| " << max_ref);
-            // All but the q2_K, q3_K and iq4_xs weights quantise the
-            // activations (as ggml does); those differ from the reference in
-            // summation order alone.
+            // All but the q2_K and q3_K weights quantise the activations (as
+            // ggml does). Across ISAs the logits are not closer than that: a
+            // last-bit difference in a sum can move an activation across a
+            // q8 rounding boundary, a step of amax/127 in that element.
             CHECK(max_ref > 0.1f);
-            CHECK(max_diff <= 0.05f * max_ref);
-        }
-        // The ISAs differ from each other only in summation order.
-        if (scalar_logits.empty()) {
-            scalar_logits.assign(logits.begin(), logits.end());
-        } else {
-            float max_abs = 0.0f, max_diff = 0.0f;
-            for (size_t i = 0; i < scalar_logits.size(); ++i) {
-                max_abs = std::max(max_abs, std::fabs(scalar_logits[i]));
-                max_diff = std::max(max_diff, std::fabs(scalar_logits[i] - logits[i]));
-            }
-            INFO("isa " << isa << " against scalar: max |diff| " << max_diff << " of " << max_abs);
-            CHECK(max_diff <= 1e-3f * max_abs);
+            CHECK(max_diff <= 0.03f * max_ref);
         }
     }
     std::remove(path.c_str());
