@@ -119,11 +119,19 @@ ForwardPass::ForwardPass(const LlamaModel& model, ThreadPool& pool, ForwardOptio
     rope_table(false, rope_cos_, rope_sin_);
     if (hp.sliding_window > 0) rope_table(true, rope_cos_swa_, rope_sin_swa_);
     const int rows = options_.max_batch_tokens;
-    in_attn_.reserve(rows, hp.dim);
-    in_wo_.reserve(rows, hp.q_dim());
-    in_ffn_.reserve(rows, hp.dim);
-    in_down_.reserve(rows, hp.ffn_dim);
-    in_cls_.reserve(options_.max_logit_rows, hp.dim);
+    std::vector<TensorType> attn, wo, ffn_in, down;  // each role's weight types over the layers
+    for (const LlamaLayer& L : model_.layers()) {
+        attn.insert(attn.end(), {L.wq.type, L.wk.type, L.wv.type});
+        wo.push_back(L.wo.type);
+        ffn_in.insert(ffn_in.end(), {L.w_gate.type, L.w_up.type});
+        down.push_back(L.w_down.type);
+    }
+    const TensorType cls_type = model_.classifier().type;
+    in_attn_.init(attn, rows, hp.dim);
+    in_wo_.init(wo, rows, hp.q_dim());
+    in_ffn_.init(ffn_in, rows, hp.dim);
+    in_down_.init(down, rows, hp.ffn_dim);
+    in_cls_.init(std::span<const TensorType>(&cls_type, 1), options_.max_logit_rows, hp.dim);
     if (options_.draft_head_tokens < 0) throw Error("forward: draft_head_tokens must be 0 (full head) or positive");
     if (options_.draft_head_tokens > 0 && options_.draft_head_tokens < hp.n_vocab) {
         token_fed_count_.assign(static_cast<size_t>(hp.n_vocab), 0);
@@ -244,11 +252,11 @@ int32_t ForwardPass::run(PagedKvCache& kv, std::span<const BatchItem> items) {
     if (m == 0) return 0;
     observe_tokens();
 
-    in_attn_.set_shape(model_.layers()[0].wq.type, m, hp.dim);
-    in_wo_.set_shape(model_.layers()[0].wo.type, m, hp.q_dim());
-    in_ffn_.set_shape(model_.layers()[0].w_gate.type, m, hp.dim);
-    in_down_.set_shape(model_.layers()[0].w_down.type, m, hp.ffn_dim);
-    in_cls_.set_shape(model_.classifier().type, r, hp.dim);
+    in_attn_.set_rows(m);
+    in_wo_.set_rows(m);
+    in_ffn_.set_rows(m);
+    in_down_.set_rows(m);
+    in_cls_.set_rows(r);
 
     pool_.run([&](int ith, int nth) { run_layers(ith, nth, kv); });
 
@@ -287,7 +295,7 @@ void ForwardPass::run_layers(int ith, int nth, PagedKvCache& kv) {
             const WeightMatrix& w = seg == 0 ? L.wq : seg == 1 ? L.wk : L.wv;
             const std::vector<float>& bias = seg == 0 ? L.bq : seg == 1 ? L.bk : L.bv;
             const int64_t col0 = seg == 0 ? 0 : seg == 1 ? qd : qd + kvd;
-            matmul(isa_, w.type, w.data, in_attn_, &qkv_[col0], qkv_ld, b, e);
+            matmul(isa_, w.type, w.data, in_attn_.for_type(w.type), &qkv_[col0], qkv_ld, b, e);
             if (!bias.empty()) {
                 for (int64_t t = 0; t < n_rows_; ++t) {
                     float* out = &qkv_[t * qkv_ld + col0];
@@ -328,7 +336,7 @@ void ForwardPass::run_layers(int ith, int nth, PagedKvCache& kv) {
         // post-norm (Gemma) the add waits for whole rows.
         const Range dim_range = split_range(dim, ith, nth, kMatmulRowAlign);
         if (dim_range.begin < dim_range.end) {
-            matmul(isa_, L.wo.type, L.wo.data, in_wo_, proj_.data(), dim, dim_range.begin, dim_range.end);
+            matmul(isa_, L.wo.type, L.wo.data, in_wo_.for_type(L.wo.type), proj_.data(), dim, dim_range.begin, dim_range.end);
             if (L.post_attn_norm.empty()) {
                 for (int64_t t = 0; t < n_rows_; ++t) {
                     for (int64_t n = dim_range.begin; n < dim_range.end; ++n) x_[t * dim + n] += proj_[t * dim + n];
@@ -345,8 +353,8 @@ void ForwardPass::run_layers(int ith, int nth, PagedKvCache& kv) {
         // gate and up for the same rows of the hidden layer, then SwiGLU.
         const Range ffn_range = split_range(ffn, ith, nth, kMatmulRowAlign);
         if (ffn_range.begin < ffn_range.end) {
-            matmul(isa_, L.w_gate.type, L.w_gate.data, in_ffn_, ffn_.data(), 2 * ffn, ffn_range.begin, ffn_range.end);
-            matmul(isa_, L.w_up.type, L.w_up.data, in_ffn_, ffn_.data() + ffn, 2 * ffn, ffn_range.begin, ffn_range.end);
+            matmul(isa_, L.w_gate.type, L.w_gate.data, in_ffn_.for_type(L.w_gate.type), ffn_.data(), 2 * ffn, ffn_range.begin, ffn_range.end);
+            matmul(isa_, L.w_up.type, L.w_up.data, in_ffn_.for_type(L.w_up.type), ffn_.data() + ffn, 2 * ffn, ffn_range.begin, ffn_range.end);
             const bool gelu = hp.family->ffn_activation == FfnActivation::GeluTanh;
             for (int64_t t = 0; t < n_rows_; ++t) {
                 float* g = &ffn_[t * 2 * ffn];
@@ -364,7 +372,7 @@ void ForwardPass::run_layers(int ith, int nth, PagedKvCache& kv) {
         pool_.barrier();
 
         if (dim_range.begin < dim_range.end) {
-            matmul(isa_, L.w_down.type, L.w_down.data, in_down_, proj_.data(), dim, dim_range.begin, dim_range.end);
+            matmul(isa_, L.w_down.type, L.w_down.data, in_down_.for_type(L.w_down.type), proj_.data(), dim, dim_range.begin, dim_range.end);
             if (L.post_ffn_norm.empty()) {
                 for (int64_t t = 0; t < n_rows_; ++t) {
                     for (int64_t n = dim_range.begin; n < dim_range.end; ++n) x_[t * dim + n] += proj_[t * dim + n];
@@ -394,7 +402,7 @@ void ForwardPass::run_layers(int ith, int nth, PagedKvCache& kv) {
     float* out = head ? head_logits_.data() : logits_.data();
     const Range vocab_range = split_range(n_cols, ith, nth, kMatmulRowAlign);
     if (vocab_range.begin < vocab_range.end) {
-        matmul(isa_, cls.type, cls_rows, in_cls_, out, n_cols, vocab_range.begin, vocab_range.end);
+        matmul(isa_, cls.type, cls_rows, in_cls_.for_type(cls.type), out, n_cols, vocab_range.begin, vocab_range.end);
         if (const float cap = hp.final_logit_softcap; cap > 0.0f) {
             for (int64_t o = 0; o < n_out_; ++o) {
                 for (int64_t n = vocab_range.begin; n < vocab_range.end; ++n) out[o * n_cols + n] = cap * std::tanh(out[o * n_cols + n] / cap);

@@ -15,6 +15,7 @@
 #include "engine/kernels.h"
 #include "engine/kv_cache.h"
 #include "engine/model.h"
+#include "engine/role_input.h"
 #include "engine/thread_pool.h"
 
 namespace specd {
@@ -97,7 +98,7 @@ private:
     std::vector<float> rope_sin_;  // (n_ctx, rope_dim/2)
     std::vector<float> rope_cos_swa_;  // (n_ctx, rope_dim/2) windowed layers' (hparams sliding_window), else empty
     std::vector<float> rope_sin_swa_;  // (n_ctx, rope_dim/2)
-    PreparedInput in_attn_, in_wo_, in_ffn_, in_down_, in_cls_;
+    RoleInput in_attn_, in_wo_, in_ffn_, in_down_, in_cls_;  // activations per matmul role
 
     // The draft head (options_.draft_head_tokens > 0), H = its row count.
     std::vector<uint32_t> token_fed_count_;   // (n_vocab) times each id was fed

@@ -602,7 +602,7 @@ void File::parse_contents() {
         const uint32_t raw_type = in.read<uint32_t>("type");
         if (!tensor_type_supported(raw_type)) {
             throw Error(where + label + " has unknown or unsupported tensor type " + std::to_string(raw_type) +
-                        " (specd reads f32, f16, bf16, q8_0, q4_0)");
+                        " (specd reads f32, f16, bf16, q8_0, q4_0, q5_0, q5_1, q2_K..q6_K, iq4_nl, iq4_xs)");
         }
         info.type = static_cast<TensorType>(raw_type);
         int64_t n_elements = 0;

@@ -12,6 +12,7 @@
 
 #include "engine/error.h"
 #include "engine/kernels_internal.h"
+#include "engine/quant_k.h"
 
 namespace specd {
 
@@ -95,7 +96,7 @@ size_t align_up(size_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
 
 int64_t round16(int64_t k) { return (k + 15) / 16 * 16; }
 
-bool is_quant(TensorType t) { return t == TensorType::Q8_0 || t == TensorType::Q4_0; }
+bool is_quant(TensorType t) { return PreparedInput::quantized_layout(t); }
 
 // Bytes of the float layout, which is the larger of the two for any shape.
 size_t float_layout_bytes(int rows, int64_t k, bool panels) {
@@ -153,6 +154,25 @@ void PreparedInput::set_shape(TensorType weight_type, int rows, int64_t k) {
     layout();
 }
 
+int32_t PreparedInput::correction_multiplier(TensorType type) {
+    switch (type) {
+        case TensorType::Q8_0: return -128;
+        case TensorType::Q4_0: return -8;
+        case TensorType::Q4_K:
+        case TensorType::Q5_K:
+        case TensorType::Q6_K:
+        case TensorType::Q5_0:
+        case TensorType::Q5_1:
+        case TensorType::IQ4_NL:
+        case TensorType::IQ4_XS: return 1;
+        default: return 0;
+    }
+}
+
+bool PreparedInput::serves(TensorType type) const {
+    return correction_multiplier(type) == correction_multiplier(type_);
+}
+
 void PreparedInput::layout() {
     unsigned char* base = buffer_.get();
     const size_t r = static_cast<size_t>(rows_);
@@ -191,7 +211,7 @@ void PreparedInput::prepare_rows(Isa isa, const float* x, int64_t ldx, int row_b
             const float* xr = x + static_cast<int64_t>(r) * ldx;
             const kern::QuantDst dst{q8_ + static_cast<int64_t>(r) * kQuantBlock, qm_ + r,
                                      static_cast<int64_t>(rows_) * kQuantBlock, rows_,
-                                     type_ == TensorType::Q8_0 ? -128 : -8};
+                                     correction_multiplier(type_)};
             switch (isa) {
                 case Isa::Avx512: kern::quantize_act_avx512(xr, k_, dst); break;
                 case Isa::Avx2: kern::quantize_act_avx2(xr, k_, dst); break;
@@ -321,6 +341,173 @@ void matmul_quant_scalar(const unsigned char* W, size_t row_bytes, const Prepare
 
 }  // namespace
 
+namespace {
+
+// Q4_K's eight 6-bit (scale, min) pairs of a super-block (scale_min_k4 of
+// quant_k.cpp, unpacked all at once).
+void q4_k_scales(const uint8_t* s, int sc[8], int m[8]) {
+    for (int g = 0; g < 4; ++g) {
+        sc[g] = s[g] & 63;
+        m[g] = s[g + 4] & 63;
+        sc[g + 4] = (s[g + 8] & 0x0f) | ((s[g] >> 6) << 4);
+        m[g + 4] = (s[g + 8] >> 4) | ((s[g + 4] >> 6) << 4);
+    }
+}
+
+// Q6_K's code (0..63) of element e (0..255) of a super-block.
+int q6_k_code(const BlockQ6_K& b, int e) {
+    const int h = e / 128, l = e % 32, part = (e % 128) / 32;
+    const uint8_t* ql = b.ql + 64 * h;
+    const uint8_t* qh = b.qh + 32 * h;
+    const int low = part == 0 ? ql[l] & 0x0f : part == 1 ? ql[l + 32] & 0x0f : part == 2 ? ql[l] >> 4 : ql[l + 32] >> 4;
+    return low | (((qh[l] >> (2 * part)) & 3) << 4);
+}
+
+}  // namespace
+
+// Q4_K, Q5_K and Q6_K against q8 activations (blocks of 32, corr = sum):
+// integer dot products per group of weights sharing a scale, scaled in float.
+//   Q4_K/Q5_K, group g of 32: dx_g * (d*sc_g * sum(q*xq) - dmin*m_g * sum(xq))
+//   Q6_K, group of 16:   dx * d*sc * sum((q - 32) * xq)
+void matmul_kq_scalar(TensorType type, const void* W, const PreparedInput& x, float* y, int64_t ldy, int64_t n0,
+                      int64_t n1) {
+    const int64_t nsb = x.k() / kSuperBlock;
+    const size_t rb = tensor_row_bytes(type, x.k());
+    for (int64_t n = n0; n < n1; ++n) {
+        const unsigned char* w = static_cast<const unsigned char*>(W) + static_cast<size_t>(n) * rb;
+        for (int t = 0; t < x.rows(); ++t) {
+            float acc = 0.0f;
+            for (int64_t sb = 0; sb < nsb; ++sb) {
+                if (type == TensorType::Q4_K || type == TensorType::Q5_K) {
+                    // Q5_K is Q4_K with a fifth bit per code: group g's in bit g of qh[j].
+                    const bool q5 = type == TensorType::Q5_K;
+                    const BlockQ4_K* b4 = reinterpret_cast<const BlockQ4_K*>(w) + sb;
+                    const BlockQ5_K* b5 = reinterpret_cast<const BlockQ5_K*>(w) + sb;
+                    const uint16_t d16 = q5 ? b5->d : b4->d, dmin16 = q5 ? b5->dmin : b4->dmin;
+                    const uint8_t* scales = q5 ? b5->scales : b4->scales;
+                    const uint8_t* qs = q5 ? b5->qs : b4->qs;
+                    const float d = fp16_to_fp32(d16), dmin = fp16_to_fp32(dmin16);
+                    int sc[8], m[8];
+                    q4_k_scales(scales, sc, m);
+                    for (int g = 0; g < 8; ++g) {
+                        const int8_t* xq = x.q8_block(8 * sb + g, t);
+                        const QuantMeta& xm = *x.q8_meta(8 * sb + g, t);
+                        const uint8_t* q = qs + 32 * (g / 2);
+                        const int shift = 4 * (g % 2);
+                        int32_t isum = 0;
+                        for (int j = 0; j < 32; ++j) {
+                            const int high = q5 ? ((b5->qh[j] >> g) & 1) << 4 : 0;
+                            isum += (((q[j] >> shift) & 0x0f) | high) * xq[j];
+                        }
+                        acc += xm.d * (d * static_cast<float>(sc[g]) * static_cast<float>(isum) -
+                                       dmin * static_cast<float>(m[g]) * static_cast<float>(xm.corr));
+                    }
+                } else {
+                    const BlockQ6_K& b = reinterpret_cast<const BlockQ6_K*>(w)[sb];
+                    const float d = fp16_to_fp32(b.d);
+                    for (int g = 0; g < 16; ++g) {
+                        const int64_t blk = 8 * sb + g / 2;
+                        const int8_t* xq = x.q8_block(blk, t) + 16 * (g % 2);
+                        int32_t isum = 0;
+                        for (int j = 0; j < 16; ++j) isum += (q6_k_code(b, 16 * g + j) - 32) * xq[j];
+                        acc += x.q8_scale(blk, t) * (d * static_cast<float>(b.scales[g]) * static_cast<float>(isum));
+                    }
+                }
+            }
+            y[t * ldy + n] = acc;
+        }
+    }
+}
+
+// q5_0, q5_1, iq4_nl and iq4_xs against q8 activations (corr = sum): per
+// block of 32, x_j = d * code_j + c with code = q, c = -16 d (q5_0); code =
+// q, c = m (q5_1); code = value + 128, c = -128 d (iq4_nl; iq4_xs's groups
+// of 32 with d = d_super * (ls - 32)), and
+// dot = sum_b dx_b * (d_b * sum(code * xq) + c_b * sum(xq)).
+void matmul_q32_scalar(TensorType type, const void* W, const PreparedInput& x, float* y, int64_t ldy, int64_t n0,
+                       int64_t n1) {
+    const int64_t nb = x.k() / kQuantBlock;
+    const size_t rb = tensor_row_bytes(type, x.k()), bb = type == TensorType::IQ4_XS ? 0 : tensor_type_block_bytes(type);
+    for (int64_t n = n0; n < n1; ++n) {
+        const unsigned char* w = static_cast<const unsigned char*>(W) + static_cast<size_t>(n) * rb;
+        for (int t = 0; t < x.rows(); ++t) {
+            float acc = 0.0f;
+            for (int64_t b = 0; b < nb; ++b) {
+                const unsigned char* p = w + static_cast<size_t>(b) * bb;
+                int code[32];
+                float d, c;
+                if (type == TensorType::IQ4_NL || type == TensorType::IQ4_XS) {
+                    // IQ4_XS: group b % 8 of super-block b / 8, an iq4_nl block
+                    // whose scale is d * (ls - 32).
+                    const uint8_t* qs;
+                    if (type == TensorType::IQ4_NL) {
+                        const BlockIQ4_NL& blk = *reinterpret_cast<const BlockIQ4_NL*>(p);
+                        qs = blk.qs;
+                        d = fp16_to_fp32(blk.d);
+                    } else {
+                        const BlockIQ4_XS& s = reinterpret_cast<const BlockIQ4_XS*>(w)[b / 8];
+                        const int g = static_cast<int>(b % 8);
+                        const int ls = ((s.scales_l[g / 2] >> (4 * (g % 2))) & 0x0f) | (((s.scales_h >> (2 * g)) & 3) << 4);
+                        qs = s.qs + 16 * g;
+                        d = fp16_to_fp32(s.d) * static_cast<float>(ls - 32);
+                    }
+                    for (int j = 0; j < 16; ++j) {
+                        code[j] = kIq4NlValues[qs[j] & 0x0f] + 128;
+                        code[j + 16] = kIq4NlValues[qs[j] >> 4] + 128;
+                    }
+                    c = -128.0f * d;
+                } else {
+                    // q5_0 and q5_1 share the qh/qs layout after their fp16 field(s).
+                    const bool q5_1 = type == TensorType::Q5_1;
+                    const uint8_t* qh = q5_1 ? reinterpret_cast<const BlockQ5_1*>(p)->qh : reinterpret_cast<const BlockQ5_0*>(p)->qh;
+                    const uint8_t* qs = q5_1 ? reinterpret_cast<const BlockQ5_1*>(p)->qs : reinterpret_cast<const BlockQ5_0*>(p)->qs;
+                    uint32_t h;
+                    std::memcpy(&h, qh, 4);
+                    for (int j = 0; j < 16; ++j) {
+                        code[j] = (qs[j] & 0x0f) | static_cast<int>(((h >> j) & 1u) << 4);
+                        code[j + 16] = (qs[j] >> 4) | static_cast<int>(((h >> (j + 16)) & 1u) << 4);
+                    }
+                    d = fp16_to_fp32(q5_1 ? reinterpret_cast<const BlockQ5_1*>(p)->d : reinterpret_cast<const BlockQ5_0*>(p)->d);
+                    c = q5_1 ? fp16_to_fp32(reinterpret_cast<const BlockQ5_1*>(p)->m) : -16.0f * d;
+                }
+                const int8_t* xq = x.q8_block(b, t);
+                int32_t isum = 0;
+                for (int j = 0; j < 32; ++j) isum += code[j] * xq[j];
+                const QuantMeta& xm = *x.q8_meta(b, t);
+                acc += xm.d * (d * static_cast<float>(isum) + c * static_cast<float>(xm.corr));
+            }
+            y[t * ldy + n] = acc;
+        }
+    }
+}
+
+void matmul_dequant_scalar(TensorType type, const void* W, const PreparedInput& x, float* y, int64_t ldy, int64_t n0,
+                           int64_t n1) {
+    const TensorTypeTraits& tt = *tensor_type_traits(static_cast<uint32_t>(type));
+    const int64_t be = tt.block_elements, nb = x.k() / be;
+    const size_t rb = tensor_row_bytes(type, x.k());
+    float wb[kDequantMaxBlock];  // (be) one decoded block of the weight row
+    for (int64_t n = n0; n < n1; ++n) {
+        const unsigned char* w = static_cast<const unsigned char*>(W) + static_cast<size_t>(n) * rb;
+        for (int t0 = 0; t0 < x.rows(); t0 += kDequantRowGroup) {
+            const int tn = std::min(kDequantRowGroup, x.rows() - t0);
+            float acc[kDequantRowGroup] = {};  // (tn) running dots of rows t0..t0+tn
+            for (int64_t b = 0; b < nb; ++b) {
+                tt.dequantize(w + static_cast<size_t>(b) * tt.block_bytes, wb, 1);
+                for (int t = 0; t < tn; ++t) {
+                    float s = 0.0f;
+                    for (int64_t j = 0; j < be; ++j) {
+                        const int64_t k = b * be + j;
+                        s += wb[j] * x.f32_chunk(k / 16, t0 + t)[k % 16];
+                    }
+                    acc[t] += s;
+                }
+            }
+            for (int t = 0; t < tn; ++t) y[(t0 + t) * ldy + n] = acc[t];
+        }
+    }
+}
+
 void matmul_scalar(TensorType type, const void* W, const PreparedInput& x, float* y, int64_t ldy, int64_t n0,
                    int64_t n1) {
     const unsigned char* w = static_cast<const unsigned char*>(W);
@@ -331,6 +518,14 @@ void matmul_scalar(TensorType type, const void* W, const PreparedInput& x, float
         case TensorType::BF16: matmul_float_scalar<TensorType::BF16>(w, rb, x, y, ldy, n0, n1); return;
         case TensorType::Q8_0: matmul_quant_scalar<TensorType::Q8_0>(w, rb, x, y, ldy, n0, n1); return;
         case TensorType::Q4_0: matmul_quant_scalar<TensorType::Q4_0>(w, rb, x, y, ldy, n0, n1); return;
+        case TensorType::Q4_K:
+        case TensorType::Q5_K:
+        case TensorType::Q6_K: matmul_kq_scalar(type, W, x, y, ldy, n0, n1); return;
+        case TensorType::Q5_0:
+        case TensorType::Q5_1:
+        case TensorType::IQ4_NL:
+        case TensorType::IQ4_XS: matmul_q32_scalar(type, W, x, y, ldy, n0, n1); return;
+        default: matmul_dequant_scalar(type, W, x, y, ldy, n0, n1); return;
     }
 }
 
@@ -340,7 +535,7 @@ void matmul_scalar(TensorType type, const void* W, const PreparedInput& x, float
 
 void matmul(Isa isa, TensorType type, const void* W, const PreparedInput& x, float* y, int64_t ldy, int64_t n_begin,
             int64_t n_end) {
-    if (type != x.weight_type()) {
+    if (!x.serves(type)) {
         throw Error(std::string("matmul: input prepared for ") + tensor_type_name(x.weight_type()) + " weights, called with " +
                     tensor_type_name(type));
     }

@@ -18,7 +18,7 @@ enum class Isa { Scalar, Avx2, Avx512 };
 // Per (block, row) data of q8_0-prepared activations, side by side so a
 // kernel fetches both with one 8-byte load.
 struct QuantMeta {
-    int32_t corr;  // -128 * sum(q) for q8_0 weights, -8 * sum(q) for q4_0 weights
+    int32_t corr;  // -128 * sum(q) for q8_0 weights, -8 * sum(q) for q4_0, sum(q) for the other q8-layout types
     float d;       // scale: x ~= d * q
 };
 
@@ -38,7 +38,11 @@ const char* isa_name(Isa isa);  // "scalar", "avx2", "avx512"
 // padded to a multiple of 16, plus a 16-row-panel transposed copy when there
 // are many rows); for q8_0/q4_0 weights they are quantised to q8_0 blocks of
 // 32 (K % 32 == 0) as ggml does, but keep their scales in f32 (ggml rounds
-// them to fp16), bit-identically on every ISA.
+// them to fp16), bit-identically on every ISA. q5_0, q5_1, iq4_nl, iq4_xs,
+// Q4_K, Q5_K and Q6_K weights read the same q8 blocks of 32 with corr = sum
+// (their integer kernels scale per 32 or per 16 weights). q2_K and q3_K read
+// the f32 layout: their kernels decode a block of weights and dot it with
+// the f32 rows.
 class PreparedInput {
 public:
     PreparedInput();
@@ -62,6 +66,19 @@ public:
     // ranges, same shape); every row must be prepared before matmul.
     void prepare_rows(Isa isa, const float* x, int64_t ldx, int row_begin, int row_end);
 
+    // True when this input, prepared for weight_type(), can feed weights of
+    // `type`: the f32 layout serves every type that reads it, a q8 layout
+    // the types with the same correction (q8_0 alone, q4_0 alone; q5_0,
+    // q5_1, iq4_nl, iq4_xs, Q4_K, Q5_K and Q6_K together).
+    bool serves(TensorType type) const;
+    // True when `type`'s weights read a q8 layout (all but f32, f16, bf16,
+    // q2_K and q3_K).
+    static bool quantized_layout(TensorType type) { return correction_multiplier(type) != 0; }
+    // The q8 layout's corr = multiplier * sum(q): -128 (q8_0), -8 (q4_0),
+    // 1 (q5_0, q5_1, iq4_nl, iq4_xs, Q4_K, Q5_K, Q6_K); 0 for the types that
+    // read the f32 layout.
+    static int32_t correction_multiplier(TensorType type);
+
     int rows() const { return rows_; }
     int64_t k() const { return k_; }
     TensorType weight_type() const { return type_; }
@@ -69,7 +86,7 @@ public:
     // ---- layout, read by the kernels (kernels_internal.h documents it) ----
     // Rows are interleaved per k-chunk / per block so a kernel reaches row
     // t0 + r of a chunk at a constant offset r * 64 (float) or r * 32 (int8).
-    bool quantized() const { return type_ == TensorType::Q8_0 || type_ == TensorType::Q4_0; }
+    bool quantized() const { return quantized_layout(type_); }
     int64_t kp() const { return kp_; }  // k rounded up to 16 (float layout)
     int64_t n_blocks() const { return k_ / kQuantBlock; }
     bool has_panels() const { return panels_; }
@@ -110,8 +127,8 @@ private:
 
 // y[t*ldy + n] = dot(W row n, x row t) for n in [n_begin, n_end), t in
 // [0, x.rows()). W: (N, K) rows in `type`'s layout, row stride
-// tensor_row_bytes(type, K); `type` must be x.weight_type(). Thread-safe for
-// disjoint n ranges; allocates nothing.
+// tensor_row_bytes(type, K); x must serve `type` (x.serves(type)). Thread-safe
+// for disjoint n ranges; allocates nothing.
 void matmul(Isa isa, TensorType type, const void* W, const PreparedInput& x, float* y, int64_t ldy, int64_t n_begin,
             int64_t n_end);
 

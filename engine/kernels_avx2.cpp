@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "engine/kernels_internal.h"
+#include "engine/quant_k.h"
 
 namespace specd::kern {
 
@@ -338,6 +339,294 @@ void matmul_quant(const unsigned char* W, size_t rb, const PreparedInput& x, flo
     }
 }
 
+// ------------------------------------------ Q4_K / Q5_K / Q6_K, q8 activations ---
+// One weight row at a time, lanes along K: each 32-weight stretch of codes
+// is multiplied with a row's int8 values by vpmaddubsw (unsigned codes times
+// signed values; no pair exceeds 2*63*127, so nothing saturates) and
+// vpmaddwd into 8 lane sums that share one or two scales.
+
+// Q4_K's 6-bit scales (bytes 0..7) and mins (bytes 8..15) of a super-block.
+inline __m128i q4_k_scale_bytes(const uint8_t* s) {
+    uint32_t w0, w1, w2;
+    std::memcpy(&w0, s, 4);
+    std::memcpy(&w1, s + 4, 4);
+    std::memcpy(&w2, s + 8, 4);
+    const uint32_t sc_lo = w0 & 0x3f3f3f3fu, m_lo = w1 & 0x3f3f3f3fu;
+    const uint32_t sc_hi = (w2 & 0x0f0f0f0fu) | (((w0 >> 6) & 0x03030303u) << 4);
+    const uint32_t m_hi = ((w2 >> 4) & 0x0f0f0f0fu) | (((w1 >> 6) & 0x03030303u) << 4);
+    return _mm_setr_epi32(static_cast<int>(sc_lo), static_cast<int>(sc_hi), static_cast<int>(m_lo), static_cast<int>(m_hi));
+}
+
+// 8 int32 sums of 4 products each: codes (unsigned) times 32 int8 activations.
+inline __m256i dot_u8_s8(__m256i codes, const int8_t* a) {
+    const __m256i p = _mm256_maddubs_epi16(codes, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a)));
+    return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+}
+
+// Most activation rows whose accumulators stay in registers.
+constexpr int kKqRows = 4;
+
+// Q4_K or Q5_K (Block) for weight row n and activation rows t0 .. t0+NR.
+template <class Block, int NR>
+inline __attribute__((always_inline)) void q4_k_row(const Block* blocks, int64_t nsb, const PreparedInput& x, int t0,
+                                                    float* y, int64_t ldy) {
+    const int rows = x.rows();
+    const int64_t st = static_cast<int64_t>(rows) * 32;  // int8 between blocks b and b+1 of one row
+    const __m256i meta_idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14), _mm256_set1_epi32(rows));
+    const __m256i low4 = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
+    __m256 acc[NR];   // d*sc*dx * sum(q*xq), per lane
+    __m256 accm[NR];  // dmin*m*dx * sum(xq), per group
+    for (int r = 0; r < NR; ++r) acc[r] = accm[r] = _mm256_setzero_ps();
+    for (int64_t sb = 0; sb < nsb; ++sb) {
+        const Block& b = blocks[sb];
+        for (size_t o = 0; o < sizeof(Block); o += 64) {
+            _mm_prefetch(reinterpret_cast<const char*>(&b) + kQPrefetchBytes + o, _MM_HINT_T1);
+        }
+        __m256i c[8];  // codes of group g (32 weights)
+        for (int s = 0; s < 4; ++s) {
+            const __m256i z = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 32 * s));
+            c[2 * s] = _mm256_and_si256(z, low4);
+            c[2 * s + 1] = _mm256_and_si256(_mm256_srli_epi16(z, 4), low4);
+        }
+        if constexpr (std::is_same_v<Block, BlockQ5_K>) {
+            // Fifth bits: group g's in bit g of qh[l].
+            const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh));
+            for (int g = 0; g < 8; ++g) {
+                const __m256i bit = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(g)), one);
+                c[g] = _mm256_or_si256(c[g], _mm256_slli_epi16(bit, 4));
+            }
+        }
+        const __m128i sm = q4_k_scale_bytes(b.scales);
+        const __m256 dsc = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b.d)), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(sm)));
+        const __m256 dm = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b.dmin)),
+                                        _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(sm, 8))));
+        for (int r = 0; r < NR; ++r) {
+            const int8_t* a = x.q8_block(8 * sb, t0 + r);
+            const QuantMeta* m = x.q8_meta(8 * sb, t0 + r);
+            __m256 dx;
+            __m256i sums;
+            if (rows == 1) {  // the 8 {corr, d} pairs are contiguous: deinterleave
+                const __m256i m0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(m));
+                const __m256i m1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(m + 4));
+                const __m256i even = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+                const __m256i p0 = _mm256_permutevar8x32_epi32(m0, even), p1 = _mm256_permutevar8x32_epi32(m1, even);
+                sums = _mm256_permute2x128_si256(p0, p1, 0x20);
+                dx = _mm256_castsi256_ps(_mm256_permute2x128_si256(p0, p1, 0x31));
+            } else {
+                dx = _mm256_i32gather_ps(&m->d, meta_idx, 4);
+                sums = _mm256_i32gather_epi32(&m->corr, meta_idx, 4);
+            }
+            const __m256 s = _mm256_mul_ps(dsc, dx);
+            __m256 f = acc[r];
+            for (int g = 0; g < 8; ++g) {
+                const __m256 sg = _mm256_permutevar8x32_ps(s, _mm256_set1_epi32(g));
+                f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_u8_s8(c[g], a + g * st)), sg, f);
+            }
+            acc[r] = f;
+            accm[r] = _mm256_fmadd_ps(_mm256_mul_ps(dm, dx), _mm256_cvtepi32_ps(sums), accm[r]);
+        }
+    }
+    for (int r = 0; r < NR; ++r) y[(t0 + r) * ldy] = hsum8(acc[r]) - hsum8(accm[r]);
+}
+
+// Q6_K for weight row n and activation rows t0 .. t0+NR.
+template <int NR>
+inline __attribute__((always_inline)) void q6_k_row(const BlockQ6_K* blocks, int64_t nsb, const PreparedInput& x, int t0,
+                                                    float* y, int64_t ldy) {
+    const int rows = x.rows();
+    const int64_t st = static_cast<int64_t>(rows) * 32;
+    const __m256i low4 = _mm256_set1_epi8(0x0f), low2 = _mm256_set1_epi8(0x03), k32 = _mm256_set1_epi8(32);
+    // Lanes 0..3 take scale 2j, lanes 4..7 scale 2j+1, for the j-th 32 weights.
+    const __m128i pat0 = _mm_setr_epi8(0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+    __m256 acc[NR];  // d*sc*dx * sum((q-32)*xq), per lane
+    for (int r = 0; r < NR; ++r) acc[r] = _mm256_setzero_ps();
+    for (int64_t sb = 0; sb < nsb; ++sb) {
+        const BlockQ6_K& b = blocks[sb];
+        for (size_t o = 0; o < sizeof(BlockQ6_K); o += 64) {
+            _mm_prefetch(reinterpret_cast<const char*>(&b) + kQPrefetchBytes + o, _MM_HINT_T1);
+        }
+        const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales));
+        const __m256 d = _mm256_set1_ps(_cvtsh_ss(b.d));
+        __m256i c[8];  // codes of weights 32j .. 32j+31
+        __m256 s[8];   // d * the scale of each lane's 16 weights
+        for (int h = 0; h < 2; ++h) {
+            const __m256i ql0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.ql + 64 * h));
+            const __m256i ql1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.ql + 64 * h + 32));
+            const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh + 32 * h));
+            auto high = [&](int shift) {
+                return _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(shift)), low2), 4);
+            };
+            c[4 * h] = _mm256_or_si256(_mm256_and_si256(ql0, low4), high(0));
+            c[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(ql1, low4), high(2));
+            c[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4), high(4));
+            c[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4), high(6));
+        }
+        for (int j = 0; j < 8; ++j) {
+            const __m128i pat = _mm_add_epi8(pat0, _mm_set1_epi8(static_cast<char>(2 * j)));
+            s[j] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_shuffle_epi8(sc, pat))));
+        }
+        for (int r = 0; r < NR; ++r) {
+            const int8_t* a = x.q8_block(8 * sb, t0 + r);
+            const QuantMeta* m = x.q8_meta(8 * sb, t0 + r);
+            __m256 f = acc[r];
+            for (int j = 0; j < 8; ++j) {
+                const __m256i av = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + j * st));
+                const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(c[j], av), _mm256_maddubs_epi16(k32, av));
+                const __m256i i = _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+                f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i), _mm256_mul_ps(s[j], _mm256_set1_ps(m[j * rows].d)), f);
+            }
+            acc[r] = f;
+        }
+    }
+    for (int r = 0; r < NR; ++r) y[(t0 + r) * ldy] = hsum8(acc[r]);
+}
+
+template <class Block, int NR>
+void kq_rows_n(int nr, const Block* blocks, int64_t nsb, const PreparedInput& x, int t0, float* y, int64_t ldy) {
+    if constexpr (NR > 0) {
+        if (nr == NR) {
+            if constexpr (std::is_same_v<Block, BlockQ6_K>) q6_k_row<NR>(blocks, nsb, x, t0, y, ldy);
+            else q4_k_row<Block, NR>(blocks, nsb, x, t0, y, ldy);
+            return;
+        }
+        kq_rows_n<Block, NR - 1>(nr, blocks, nsb, x, t0, y, ldy);
+    }
+}
+
+// Weight row by weight row (each read once from memory; its codes decoded
+// once per group of up to kKqRows activation rows).
+template <class Block>
+void kq_matmul(const unsigned char* W, size_t rb, const PreparedInput& x, float* y, int64_t ldy, int64_t n0, int64_t n1) {
+    const int64_t nsb = x.k() / kSuperBlock;
+    const int rows = x.rows();
+    for (int64_t n = n0; n < n1; ++n) {
+        const Block* blocks = reinterpret_cast<const Block*>(W + n * rb);
+        for (int t0 = 0; t0 < rows; t0 += kKqRows) {
+            kq_rows_n<Block, kKqRows>(std::min(kKqRows, rows - t0), blocks, nsb, x, t0, y + n, ldy);
+        }
+    }
+}
+
+// ------------------------- q5_0 / q5_1 / iq4_nl (and iq4_xs), q8 activations ---
+// The 32-weight types llama.cpp falls back to (rows not a multiple of 256),
+// one weight row at a time, per block b: x_j = d_b * code_j + c_b, so
+// dot(w, x) = sum_b dx_b * (d_b * sum(code * xq) + c_b * sum(xq)), with
+//   q5_0:   code = q (0..31),        c = -16 d
+//   q5_1:   code = q (0..31),        c = m
+//   iq4_nl: code = value (-127..113), c = 0: vpmaddubsw takes |code| and
+//           the activations with code's sign, so no pair can saturate.
+
+// Byte j of the result: 0x10 where bit j of qh is set.
+inline __m256i bits_to_0x10(uint32_t qh) {
+    const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(qh)),
+                                               _mm256_setr_epi64x(0, 0x0101010101010101LL, 0x0202020202020202LL,
+                                                                  0x0303030303030303LL));
+    const __m256i bit = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ULL));
+    return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit), _mm256_set1_epi8(0x10));
+}
+
+template <TensorType T>
+inline __m256i block32_codes(const unsigned char* p, float& d, float& c) {
+    const __m128i low4 = _mm_set1_epi8(0x0f);
+    if constexpr (T == TensorType::IQ4_NL) {
+        const BlockIQ4_NL& b = *reinterpret_cast<const BlockIQ4_NL*>(p);
+        const __m128i qs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs));
+        const __m128i table = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4NlValues));
+        d = _cvtsh_ss(b.d);
+        c = 0.0f;
+        return _mm256_set_m128i(_mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(qs, 4), low4)),
+                                _mm_shuffle_epi8(table, _mm_and_si128(qs, low4)));
+    } else {
+        using Block = std::conditional_t<T == TensorType::Q5_0, BlockQ5_0, BlockQ5_1>;
+        const Block& b = *reinterpret_cast<const Block*>(p);
+        const __m128i qs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs));
+        uint32_t qh;
+        std::memcpy(&qh, b.qh, 4);
+        d = _cvtsh_ss(b.d);
+        if constexpr (T == TensorType::Q5_0) c = -16.0f * d;
+        else c = _cvtsh_ss(b.m);
+        const __m256i nibbles = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(qs, 4), low4), _mm_and_si128(qs, low4));
+        return _mm256_or_si256(nibbles, bits_to_0x10(qh));
+    }
+}
+
+template <TensorType T>
+constexpr size_t block32_bytes() {
+    return T == TensorType::Q5_0 ? sizeof(BlockQ5_0) : T == TensorType::Q5_1 ? sizeof(BlockQ5_1) : sizeof(BlockIQ4_NL);
+}
+
+// Bytes of a row per 32 weights (IQ4_XS: 136 per 256, rounded down; only
+// the prefetch distance uses it).
+template <TensorType T>
+constexpr size_t kBytesPer32 = T == TensorType::IQ4_XS ? sizeof(BlockIQ4_XS) / 8 : block32_bytes<T>();
+
+// Codes, d and c of the b-th 32 weights of a row: a whole block of the
+// 32-weight types, or group b % 8 of IQ4_XS super-block b / 8 (iq4_nl's
+// codes with d = d_super * (ls - 32)).
+template <TensorType T>
+inline __attribute__((always_inline)) __m256i group_codes(const unsigned char* w, int64_t b, float& d, float& c) {
+    if constexpr (T == TensorType::IQ4_XS) {
+        const BlockIQ4_XS& s = reinterpret_cast<const BlockIQ4_XS*>(w)[b / 8];
+        const int g = static_cast<int>(b % 8);
+        const int ls = ((s.scales_l[g / 2] >> (4 * (g % 2))) & 0x0f) | (((s.scales_h >> (2 * g)) & 3) << 4);
+        d = _cvtsh_ss(s.d) * static_cast<float>(ls - 32);
+        c = 0.0f;
+        const __m128i low4 = _mm_set1_epi8(0x0f);
+        const __m128i qs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s.qs + 16 * g));
+        const __m128i table = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4NlValues));
+        return _mm256_set_m128i(_mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(qs, 4), low4)),
+                                _mm_shuffle_epi8(table, _mm_and_si128(qs, low4)));
+    } else {
+        return block32_codes<T>(w + b * block32_bytes<T>(), d, c);
+    }
+}
+
+template <TensorType T, int NR>
+inline __attribute__((always_inline)) void q32_row(const unsigned char* w, int64_t nb, const PreparedInput& x, int t0,
+                                                   float* y, int64_t ldy) {
+    __m256 acc[NR];  // d*dx * sum(code*xq), per lane
+    float cacc[NR];  // c*dx * sum(xq)
+    for (int r = 0; r < NR; ++r) {
+        acc[r] = _mm256_setzero_ps();
+        cacc[r] = 0.0f;
+    }
+    for (int64_t b = 0; b < nb; ++b) {
+        _mm_prefetch(reinterpret_cast<const char*>(w + b * kBytesPer32<T>) + kQPrefetchBytes, _MM_HINT_T1);
+        float d, c;
+        const __m256i codes = group_codes<T>(w, b, d, c);
+        constexpr bool kSigned = T == TensorType::IQ4_NL || T == TensorType::IQ4_XS;
+        const __m256i mag = kSigned ? _mm256_sign_epi8(codes, codes) : codes;  // |code|
+        for (int r = 0; r < NR; ++r) {
+            const QuantMeta m = *x.q8_meta(b, t0 + r);
+            __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q8_block(b, t0 + r)));
+            if constexpr (kSigned) a = _mm256_sign_epi8(a, codes);
+            const __m256i isum = _mm256_madd_epi16(_mm256_maddubs_epi16(mag, a), _mm256_set1_epi16(1));
+            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(d * m.d), acc[r]);
+            if constexpr (!kSigned) cacc[r] += c * m.d * static_cast<float>(m.corr);
+        }
+    }
+    for (int r = 0; r < NR; ++r) y[(t0 + r) * ldy] = hsum8(acc[r]) + cacc[r];
+}
+
+template <TensorType T, int NR>
+void q32_rows_n(int nr, const unsigned char* w, int64_t nb, const PreparedInput& x, int t0, float* y, int64_t ldy) {
+    if constexpr (NR > 0) {
+        if (nr == NR) return q32_row<T, NR>(w, nb, x, t0, y, ldy);
+        q32_rows_n<T, NR - 1>(nr, w, nb, x, t0, y, ldy);
+    }
+}
+
+template <TensorType T>
+void q32_matmul(const unsigned char* W, size_t rb, const PreparedInput& x, float* y, int64_t ldy, int64_t n0, int64_t n1) {
+    const int64_t nb = x.k() / 32;
+    const int rows = x.rows();
+    for (int64_t n = n0; n < n1; ++n) {
+        for (int t0 = 0; t0 < rows; t0 += kKqRows) {
+            q32_rows_n<T, kKqRows>(std::min(kKqRows, rows - t0), W + n * rb, nb, x, t0, y + n, ldy);
+        }
+    }
+}
+
 template <TensorType T>
 void matmul_float(const unsigned char* W, size_t rb, const PreparedInput& x, float* y, int64_t ldy, int64_t n0,
                   int64_t n1) {
@@ -357,6 +646,48 @@ void matmul_avx2(TensorType type, const void* W, const PreparedInput& x, float* 
         case TensorType::BF16: matmul_float<TensorType::BF16>(w, rb, x, y, ldy, n0, n1); return;
         case TensorType::Q8_0: matmul_quant<TensorType::Q8_0>(w, rb, x, y, ldy, n0, n1); return;
         case TensorType::Q4_0: matmul_quant<TensorType::Q4_0>(w, rb, x, y, ldy, n0, n1); return;
+        case TensorType::Q4_K: kq_matmul<BlockQ4_K>(w, rb, x, y, ldy, n0, n1); return;
+        case TensorType::Q5_K: kq_matmul<BlockQ5_K>(w, rb, x, y, ldy, n0, n1); return;
+        case TensorType::Q6_K: kq_matmul<BlockQ6_K>(w, rb, x, y, ldy, n0, n1); return;
+        case TensorType::Q5_0: q32_matmul<TensorType::Q5_0>(w, rb, x, y, ldy, n0, n1); return;
+        case TensorType::Q5_1: q32_matmul<TensorType::Q5_1>(w, rb, x, y, ldy, n0, n1); return;
+        case TensorType::IQ4_NL: q32_matmul<TensorType::IQ4_NL>(w, rb, x, y, ldy, n0, n1); return;
+        case TensorType::IQ4_XS: q32_matmul<TensorType::IQ4_XS>(w, rb, x, y, ldy, n0, n1); return;
+        default: matmul_dequant_avx2(type, W, x, y, ldy, n0, n1); return;
+    }
+}
+
+// Decode a weight block (the table's scalar dequantisation), then FMA it
+// into one accumulator per activation row; summed across lanes at the end.
+void matmul_dequant_avx2(TensorType type, const void* W, const PreparedInput& x, float* y, int64_t ldy, int64_t n0,
+                         int64_t n1) {
+    const TensorTypeTraits& tt = *tensor_type_traits(static_cast<uint32_t>(type));
+    const int64_t be = tt.block_elements, nb = x.k() / be;
+    const size_t rb = tensor_row_bytes(type, x.k());
+    alignas(32) float wb[kDequantMaxBlock];  // (be) one decoded block of the weight row
+    for (int64_t n = n0; n < n1; ++n) {
+        const unsigned char* w = static_cast<const unsigned char*>(W) + static_cast<size_t>(n) * rb;
+        for (int t0 = 0; t0 < x.rows(); t0 += kDequantRowGroup) {
+            const int tn = std::min(kDequantRowGroup, x.rows() - t0);
+            __m256 acc[kDequantRowGroup];  // (tn) per-lane running dots
+            for (int t = 0; t < tn; ++t) acc[t] = _mm256_setzero_ps();
+            for (int64_t b = 0; b < nb; ++b) {
+                const unsigned char* blk = w + static_cast<size_t>(b) * tt.block_bytes;
+                _mm_prefetch(reinterpret_cast<const char*>(blk + kQPrefetchBytes), _MM_HINT_T1);
+                tt.dequantize(blk, wb, 1);
+                const int64_t c0 = b * be / 16;
+                for (int t = 0; t < tn; ++t) {
+                    __m256 a = acc[t];
+                    for (int64_t c = 0; c < be / 16; ++c) {
+                        const float* xc = x.f32_chunk(c0 + c, t0 + t);
+                        a = _mm256_fmadd_ps(_mm256_load_ps(wb + 16 * c), _mm256_loadu_ps(xc), a);
+                        a = _mm256_fmadd_ps(_mm256_load_ps(wb + 16 * c + 8), _mm256_loadu_ps(xc + 8), a);
+                    }
+                    acc[t] = a;
+                }
+            }
+            for (int t = 0; t < tn; ++t) y[(t0 + t) * ldy + n] = hsum8(acc[t]);
+        }
     }
 }
 
@@ -608,6 +939,7 @@ void dequantize_row_avx2(TensorType type, const void* src, float* dst, int64_t n
             }
             return;
         }
+        default: dequantize_row(type, src, dst, n); return;
     }
 }
 

@@ -31,6 +31,7 @@
 #include <type_traits>
 
 #include "engine/kernels_internal.h"
+#include "engine/quant_k.h"
 
 // Full unrolling of the small constant loops keeps tiles in registers.
 #define SPECD_UNROLL _Pragma("GCC unroll 16")
@@ -640,6 +641,327 @@ void matmul_quant(const unsigned char* W, size_t rb, const PreparedInput& x, flo
     else q_buffered<T>(W, rb, x, y, ldy, n0, n1);
 }
 
+// ------------------------------------------ Q4_K / Q5_K / Q6_K, q8 activations ---
+// One weight row at a time, lanes along K: the super-block's codes are
+// decoded once into registers and used by up to kDequantRowGroup activation
+// rows; vpdpbusd multiplies the unsigned codes with the rows' int8 values,
+// giving per-lane sums of 4 weights that all share one scale.
+
+// Q4_K's 6-bit scales (bytes 0..7) and mins (bytes 8..15) of a super-block.
+SPECD_INLINE __m128i q4_k_scale_bytes(const uint8_t* s) {
+    uint32_t w0, w1, w2;
+    std::memcpy(&w0, s, 4);
+    std::memcpy(&w1, s + 4, 4);
+    std::memcpy(&w2, s + 8, 4);
+    const uint32_t sc_lo = w0 & 0x3f3f3f3fu, m_lo = w1 & 0x3f3f3f3fu;
+    const uint32_t sc_hi = (w2 & 0x0f0f0f0fu) | (((w0 >> 6) & 0x03030303u) << 4);
+    const uint32_t m_hi = ((w2 >> 4) & 0x0f0f0f0fu) | (((w1 >> 6) & 0x03030303u) << 4);
+    return _mm_setr_epi32(static_cast<int>(sc_lo), static_cast<int>(sc_hi), static_cast<int>(m_lo), static_cast<int>(m_hi));
+}
+
+// 32 int8 activations of blocks a and b of one row, side by side.
+SPECD_INLINE __m512i two_blocks(const int8_t* a, const int8_t* b) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a))),
+                              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b)), 1);
+}
+
+SPECD_INLINE float hsum8_512(__m256 v) {
+    const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
+}
+
+// Prefetches a block's bytes kQPrefetchBytes ahead into L2 (a prefetch past
+// the weights' end is harmless: prefetches never fault).
+template <size_t Bytes>
+SPECD_INLINE void prefetch_ahead(const void* p) {
+    const char* c = static_cast<const char*>(p) + kQPrefetchBytes;
+    SPECD_UNROLL
+    for (size_t o = 0; o < Bytes; o += 64) _mm_prefetch(c + o, _MM_HINT_T1);
+}
+
+// Most activation rows whose accumulators stay in registers.
+constexpr int kKqRows = 8;
+
+// Q4_K or Q5_K (Block) for weight row n and activation rows t0 .. t0+NR.
+template <class Block, int NR>
+SPECD_INLINE void q4_k_row(const Block* blocks, int64_t nsb, const PreparedInput& x, int t0, float* y, int64_t ldy) {
+    const int rows = x.rows();
+    const int64_t st = static_cast<int64_t>(rows) * 32;  // int8 between blocks b and b+1 of one row
+    // Lanes 0..7 take group a's value, 8..15 group b's.
+    const __m512i g02 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2);
+    const __m512i g13 = _mm512_add_epi32(g02, _mm512_set1_epi32(1));
+    const __m512i g46 = _mm512_add_epi32(g02, _mm512_set1_epi32(4));
+    const __m512i g57 = _mm512_add_epi32(g02, _mm512_set1_epi32(5));
+    const __m256i meta_idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(rows));
+    const __m512i low4 = _mm512_set1_epi8(0x0f);
+    __m512 acc[NR];   // d*sc*dx * sum(q*xq), per lane
+    __m256 accm[NR];  // dmin*m*dx * sum(xq), per group
+    SPECD_UNROLL
+    for (int r = 0; r < NR; ++r) {
+        acc[r] = _mm512_setzero_ps();
+        accm[r] = _mm256_setzero_ps();
+    }
+    for (int64_t sb = 0; sb < nsb; ++sb) {
+        const Block& b = blocks[sb];
+        prefetch_ahead<sizeof(Block)>(&b);
+        const __m512i z0 = _mm512_loadu_si512(b.qs), z1 = _mm512_loadu_si512(b.qs + 64);
+        __m512i lo0 = _mm512_and_si512(z0, low4), hi0 = _mm512_and_si512(_mm512_srli_epi16(z0, 4), low4);
+        __m512i lo1 = _mm512_and_si512(z1, low4), hi1 = _mm512_and_si512(_mm512_srli_epi16(z1, 4), low4);
+        if constexpr (std::is_same_v<Block, BlockQ5_K>) {
+            // Fifth bits: group g's in bit g of qh[l] (l = its byte within the
+            // 32); lanes 0..31 of lo0 hold group 0, lanes 32..63 group 2, ...
+            const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh)));
+            const __m512i one = _mm512_set1_epi8(1);
+            auto bit = [&](int a, int c) __attribute__((always_inline)) {
+                const __m512i sh = _mm512_inserti64x4(_mm512_set1_epi16(static_cast<short>(a)), _mm256_set1_epi16(static_cast<short>(c)), 1);
+                return _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, sh), one), 4);
+            };
+            lo0 = _mm512_or_si512(lo0, bit(0, 2));
+            hi0 = _mm512_or_si512(hi0, bit(1, 3));
+            lo1 = _mm512_or_si512(lo1, bit(4, 6));
+            hi1 = _mm512_or_si512(hi1, bit(5, 7));
+        }
+        const __m128i sm = q4_k_scale_bytes(b.scales);
+        const __m256 dsc = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b.d)), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(sm)));
+        const __m256 dm = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b.dmin)),
+                                        _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(sm, 8))));
+        SPECD_UNROLL
+        for (int r = 0; r < NR; ++r) {
+            const int8_t* a = x.q8_block(8 * sb, t0 + r);    // block 8sb + g at a + g*st
+            const QuantMeta* m = x.q8_meta(8 * sb, t0 + r);  // block 8sb + g at m + g*rows
+            // {corr, d} of the 8 blocks: contiguous for one row, else gathered.
+            const __m512i meta = rows == 1 ? _mm512_loadu_si512(m) : _mm512_i32gather_epi64(meta_idx, m, 8);
+            const __m256i sums = _mm512_cvtepi64_epi32(meta);
+            const __m256 dx = _mm256_castsi256_ps(_mm512_cvtepi64_epi32(_mm512_srli_epi64(meta, 32)));
+            const __m512i i02 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo0, two_blocks(a, a + 2 * st));
+            const __m512i i13 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), hi0, two_blocks(a + st, a + 3 * st));
+            const __m512i i46 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo1, two_blocks(a + 4 * st, a + 6 * st));
+            const __m512i i57 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), hi1, two_blocks(a + 5 * st, a + 7 * st));
+            const __m512 s = _mm512_castps256_ps512(_mm256_mul_ps(dsc, dx));
+            __m512 f = acc[r];
+            f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i02), _mm512_permutexvar_ps(g02, s), f);
+            f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i13), _mm512_permutexvar_ps(g13, s), f);
+            f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i46), _mm512_permutexvar_ps(g46, s), f);
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i57), _mm512_permutexvar_ps(g57, s), f);
+            accm[r] = _mm256_fmadd_ps(_mm256_mul_ps(dm, dx), _mm256_cvtepi32_ps(sums), accm[r]);
+        }
+    }
+    SPECD_UNROLL
+    for (int r = 0; r < NR; ++r) y[(t0 + r) * ldy] = _mm512_reduce_add_ps(acc[r]) - hsum8_512(accm[r]);
+}
+
+// Q6_K for weight row n and activation rows t0 .. t0+NR.
+template <int NR>
+SPECD_INLINE void q6_k_row(const BlockQ6_K* blocks, int64_t nsb, const PreparedInput& x, int t0, float* y, int64_t ldy) {
+    const int rows = x.rows();
+    const int64_t st = static_cast<int64_t>(rows) * 32;
+    const __m512i low4 = _mm512_set1_epi8(0x0f), low2 = _mm512_set1_epi8(0x03), k32 = _mm512_set1_epi8(32);
+    // qh shifts per 16-bit lane: elements l (bytes 0..31) and l+32 (32..63).
+    const __m512i sh01 = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
+    const __m512i sh23 = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(6), 1);
+    // Scale group (of 16) of lane l in the k-th 64-weight vector: 4k + l/4.
+    const __m128i pat0 = _mm_setr_epi8(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    __m512 acc[NR];  // d*sc*dx * sum((q-32)*xq), per lane
+    SPECD_UNROLL
+    for (int r = 0; r < NR; ++r) acc[r] = _mm512_setzero_ps();
+    for (int64_t sb = 0; sb < nsb; ++sb) {
+        const BlockQ6_K& b = blocks[sb];
+        prefetch_ahead<sizeof(BlockQ6_K)>(&b);
+        const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales));
+        const __m512 d = _mm512_set1_ps(_cvtsh_ss(b.d));
+        __m512i v[4];  // 64 codes each: elements 64k .. 64k+63 of the super-block
+        __m512 s[4];   // d * scale of each lane's group
+        SPECD_UNROLL
+        for (int h = 0; h < 2; ++h) {
+            const __m512i ql = _mm512_loadu_si512(b.ql + 64 * h);
+            const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh + 32 * h)));
+            const __m512i h01 = _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, sh01), low2), 4);
+            const __m512i h23 = _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, sh23), low2), 4);
+            v[2 * h] = _mm512_or_si512(_mm512_and_si512(ql, low4), h01);
+            v[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), low4), h23);
+        }
+        SPECD_UNROLL
+        for (int k = 0; k < 4; ++k) {
+            const __m128i pat = _mm_add_epi8(pat0, _mm_set1_epi8(static_cast<char>(4 * k)));
+            s[k] = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_shuffle_epi8(sc, pat))));
+        }
+        SPECD_UNROLL
+        for (int r = 0; r < NR; ++r) {
+            const int8_t* a = x.q8_block(8 * sb, t0 + r);
+            const QuantMeta* m = x.q8_meta(8 * sb, t0 + r);
+            __m512 f = acc[r];
+            SPECD_UNROLL
+            for (int k = 0; k < 4; ++k) {
+                const __m512i ab = two_blocks(a + 2 * k * st, a + (2 * k + 1) * st);
+                const __m512i i = _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), v[k], ab),
+                                                   _mm512_dpbusd_epi32(_mm512_setzero_si512(), k32, ab));
+                const __m512 dx = _mm512_insertf32x8(_mm512_set1_ps(m[2 * k * rows].d), _mm256_set1_ps(m[(2 * k + 1) * rows].d), 1);
+                f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), _mm512_mul_ps(s[k], dx), f);
+            }
+            acc[r] = f;
+        }
+    }
+    SPECD_UNROLL
+    for (int r = 0; r < NR; ++r) y[(t0 + r) * ldy] = _mm512_reduce_add_ps(acc[r]);
+}
+
+template <class Block, int NR>
+SPECD_INLINE void kq_rows_n(int nr, const Block* blocks, int64_t nsb, const PreparedInput& x, int t0, float* y, int64_t ldy) {
+    if constexpr (NR > 0) {
+        if (nr == NR) {
+            if constexpr (std::is_same_v<Block, BlockQ6_K>) q6_k_row<NR>(blocks, nsb, x, t0, y, ldy);
+            else q4_k_row<Block, NR>(blocks, nsb, x, t0, y, ldy);
+            return;
+        }
+        kq_rows_n<Block, NR - 1>(nr, blocks, nsb, x, t0, y, ldy);
+    }
+}
+
+// Weight row by weight row (each read once from memory; its codes decoded
+// once per group of up to kKqRows activation rows).
+template <class Block>
+void kq_matmul(const unsigned char* W, size_t rb, const PreparedInput& x, float* y, int64_t ldy, int64_t n0, int64_t n1) {
+    const int64_t nsb = x.k() / kSuperBlock;
+    const int rows = x.rows();
+    for (int64_t n = n0; n < n1; ++n) {
+        const Block* blocks = reinterpret_cast<const Block*>(W + n * rb);
+        for (int t0 = 0; t0 < rows; t0 += kKqRows) {
+            kq_rows_n<Block, kKqRows>(std::min(kKqRows, rows - t0), blocks, nsb, x, t0, y + n, ldy);
+        }
+    }
+}
+
+// ------------------------- q5_0 / q5_1 / iq4_nl (and iq4_xs), q8 activations ---
+// The 32-weight types llama.cpp falls back to (rows not a multiple of 256),
+// one weight row at a time, two blocks per vpdpbusd. Per block b the codes
+// are unsigned bytes and x_j = d_b * code_j + c_b:
+//   q5_0:   code = q (0..31),             c = -16 d
+//   q5_1:   code = q (0..31),             c = m
+//   iq4_nl: code = value + 128 (1..241),  c = -128 d
+// so dot(w, x) = sum_b dx_b * (d_b * sum(code * xq) + c_b * sum(xq)).
+
+template <TensorType T>
+SPECD_INLINE __m256i block32_codes(const unsigned char* p, float& d, float& c) {
+    const __m128i low4 = _mm_set1_epi8(0x0f);
+    if constexpr (T == TensorType::IQ4_NL) {
+        const BlockIQ4_NL& b = *reinterpret_cast<const BlockIQ4_NL*>(p);
+        const __m128i qs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs));
+        const __m128i table = _mm_setr_epi8(1, 24, 45, 63, 79, 93, 106, 118, static_cast<char>(129), static_cast<char>(141),
+                                            static_cast<char>(153), static_cast<char>(166), static_cast<char>(181),
+                                            static_cast<char>(197), static_cast<char>(217), static_cast<char>(241));
+        d = _cvtsh_ss(b.d);
+        c = -128.0f * d;
+        return _mm256_set_m128i(_mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(qs, 4), low4)),
+                                _mm_shuffle_epi8(table, _mm_and_si128(qs, low4)));
+    } else {
+        using Block = std::conditional_t<T == TensorType::Q5_0, BlockQ5_0, BlockQ5_1>;
+        const Block& b = *reinterpret_cast<const Block*>(p);
+        const __m128i qs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs));
+        uint32_t qh;
+        std::memcpy(&qh, b.qh, 4);
+        d = _cvtsh_ss(b.d);
+        if constexpr (T == TensorType::Q5_0) c = -16.0f * d;
+        else c = _cvtsh_ss(b.m);
+        const __m256i nibbles = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(qs, 4), low4), _mm_and_si128(qs, low4));
+        return _mm256_or_si256(nibbles, _mm256_maskz_mov_epi8(qh, _mm256_set1_epi8(0x10)));  // bit j -> byte j's 16
+    }
+}
+
+template <TensorType T>
+constexpr size_t block32_bytes() {
+    return T == TensorType::Q5_0 ? sizeof(BlockQ5_0) : T == TensorType::Q5_1 ? sizeof(BlockQ5_1) : sizeof(BlockIQ4_NL);
+}
+
+// Bytes of a row per 32 weights (IQ4_XS: 136 per 256, rounded down; only
+// the prefetch distance uses it).
+template <TensorType T>
+constexpr size_t kBytesPer32 = T == TensorType::IQ4_XS ? sizeof(BlockIQ4_XS) / 8 : block32_bytes<T>();
+
+// Codes, d and c of the b-th 32 weights of a row: a whole block of the
+// 32-weight types, or group b % 8 of IQ4_XS super-block b / 8 (iq4_nl's
+// codes with d = d_super * (ls - 32)).
+template <TensorType T>
+SPECD_INLINE __m256i group_codes(const unsigned char* w, int64_t b, float& d, float& c) {
+    if constexpr (T == TensorType::IQ4_XS) {
+        const BlockIQ4_XS& s = reinterpret_cast<const BlockIQ4_XS*>(w)[b / 8];
+        const int g = static_cast<int>(b % 8);
+        const int ls = ((s.scales_l[g / 2] >> (4 * (g % 2))) & 0x0f) | (((s.scales_h >> (2 * g)) & 3) << 4);
+        d = _cvtsh_ss(s.d) * static_cast<float>(ls - 32);
+        c = -128.0f * d;
+        const __m128i low4 = _mm_set1_epi8(0x0f);
+        const __m128i qs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s.qs + 16 * g));
+        const __m128i table = _mm_setr_epi8(1, 24, 45, 63, 79, 93, 106, 118, static_cast<char>(129), static_cast<char>(141),
+                                            static_cast<char>(153), static_cast<char>(166), static_cast<char>(181),
+                                            static_cast<char>(197), static_cast<char>(217), static_cast<char>(241));
+        return _mm256_set_m128i(_mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(qs, 4), low4)),
+                                _mm_shuffle_epi8(table, _mm_and_si128(qs, low4)));
+    } else {
+        return block32_codes<T>(w + b * block32_bytes<T>(), d, c);
+    }
+}
+
+template <TensorType T, int NR>
+SPECD_INLINE void q32_row(const unsigned char* w, int64_t nb, const PreparedInput& x, int t0, float* y, int64_t ldy) {
+    __m512 acc[NR];   // d*dx * sum(code*xq), per lane
+    float cacc[NR];   // c*dx * sum(xq)
+    SPECD_UNROLL
+    for (int r = 0; r < NR; ++r) {
+        acc[r] = _mm512_setzero_ps();
+        cacc[r] = 0.0f;
+    }
+    int64_t b = 0;
+    for (; b + 2 <= nb; b += 2) {
+        _mm_prefetch(reinterpret_cast<const char*>(w + b * kBytesPer32<T>) + kQPrefetchBytes, _MM_HINT_T1);
+        float d0, c0, d1, c1;
+        const __m256i k0 = group_codes<T>(w, b, d0, c0);
+        const __m256i k1 = group_codes<T>(w, b + 1, d1, c1);
+        const __m512i codes = _mm512_inserti64x4(_mm512_castsi256_si512(k0), k1, 1);
+        SPECD_UNROLL
+        for (int r = 0; r < NR; ++r) {
+            const QuantMeta m0 = *x.q8_meta(b, t0 + r), m1 = *x.q8_meta(b + 1, t0 + r);
+            const __m512i isum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), codes, two_blocks(x.q8_block(b, t0 + r), x.q8_block(b + 1, t0 + r)));
+            const __m512 scale = _mm512_insertf32x8(_mm512_set1_ps(d0 * m0.d), _mm256_set1_ps(d1 * m1.d), 1);
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, acc[r]);
+            cacc[r] += c0 * m0.d * static_cast<float>(m0.corr) + c1 * m1.d * static_cast<float>(m1.corr);
+        }
+    }
+    if (b < nb) {  // an odd last block
+        float d0, c0;
+        const __m256i k0 = group_codes<T>(w, b, d0, c0);
+        SPECD_UNROLL
+        for (int r = 0; r < NR; ++r) {
+            const QuantMeta m0 = *x.q8_meta(b, t0 + r);
+            const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q8_block(b, t0 + r)));
+            const __m256i isum = _mm256_dpbusd_epi32(_mm256_setzero_si256(), k0, a);
+            const __m512 scale = _mm512_castps256_ps512(_mm256_set1_ps(d0 * m0.d));
+            acc[r] = _mm512_mask3_fmadd_ps(_mm512_cvtepi32_ps(_mm512_castsi256_si512(isum)), scale, acc[r], 0x00ff);
+            cacc[r] += c0 * m0.d * static_cast<float>(m0.corr);
+        }
+    }
+    SPECD_UNROLL
+    for (int r = 0; r < NR; ++r) y[(t0 + r) * ldy] = _mm512_reduce_add_ps(acc[r]) + cacc[r];
+}
+
+template <TensorType T, int NR>
+SPECD_INLINE void q32_rows_n(int nr, const unsigned char* w, int64_t nb, const PreparedInput& x, int t0, float* y, int64_t ldy) {
+    if constexpr (NR > 0) {
+        if (nr == NR) return q32_row<T, NR>(w, nb, x, t0, y, ldy);
+        q32_rows_n<T, NR - 1>(nr, w, nb, x, t0, y, ldy);
+    }
+}
+
+template <TensorType T>
+void q32_matmul(const unsigned char* W, size_t rb, const PreparedInput& x, float* y, int64_t ldy, int64_t n0, int64_t n1) {
+    const int64_t nb = x.k() / 32;
+    const int rows = x.rows();
+    for (int64_t n = n0; n < n1; ++n) {
+        for (int t0 = 0; t0 < rows; t0 += kKqRows) {
+            q32_rows_n<T, kKqRows>(std::min(kKqRows, rows - t0), W + n * rb, nb, x, t0, y + n, ldy);
+        }
+    }
+}
+
 template <TensorType T>
 void matmul_float(const unsigned char* W, size_t rb, const PreparedInput& x, float* y, int64_t ldy, int64_t n0,
                   int64_t n1) {
@@ -659,6 +981,46 @@ void matmul_avx512(TensorType type, const void* W, const PreparedInput& x, float
         case TensorType::BF16: matmul_float<TensorType::BF16>(w, rb, x, y, ldy, n0, n1); return;
         case TensorType::Q8_0: matmul_quant<TensorType::Q8_0>(w, rb, x, y, ldy, n0, n1); return;
         case TensorType::Q4_0: matmul_quant<TensorType::Q4_0>(w, rb, x, y, ldy, n0, n1); return;
+        case TensorType::Q4_K: kq_matmul<BlockQ4_K>(w, rb, x, y, ldy, n0, n1); return;
+        case TensorType::Q5_K: kq_matmul<BlockQ5_K>(w, rb, x, y, ldy, n0, n1); return;
+        case TensorType::Q6_K: kq_matmul<BlockQ6_K>(w, rb, x, y, ldy, n0, n1); return;
+        case TensorType::Q5_0: q32_matmul<TensorType::Q5_0>(w, rb, x, y, ldy, n0, n1); return;
+        case TensorType::Q5_1: q32_matmul<TensorType::Q5_1>(w, rb, x, y, ldy, n0, n1); return;
+        case TensorType::IQ4_NL: q32_matmul<TensorType::IQ4_NL>(w, rb, x, y, ldy, n0, n1); return;
+        case TensorType::IQ4_XS: q32_matmul<TensorType::IQ4_XS>(w, rb, x, y, ldy, n0, n1); return;
+        default: matmul_dequant_avx512(type, W, x, y, ldy, n0, n1); return;
+    }
+}
+
+// Decode a weight block (the table's scalar dequantisation), then FMA it
+// into one accumulator per activation row; summed across lanes at the end.
+void matmul_dequant_avx512(TensorType type, const void* W, const PreparedInput& x, float* y, int64_t ldy, int64_t n0,
+                           int64_t n1) {
+    const TensorTypeTraits& tt = *tensor_type_traits(static_cast<uint32_t>(type));
+    const int64_t be = tt.block_elements, nb = x.k() / be;
+    const size_t rb = tensor_row_bytes(type, x.k());
+    alignas(64) float wb[kDequantMaxBlock];  // (be) one decoded block of the weight row
+    for (int64_t n = n0; n < n1; ++n) {
+        const unsigned char* w = static_cast<const unsigned char*>(W) + static_cast<size_t>(n) * rb;
+        for (int t0 = 0; t0 < x.rows(); t0 += kDequantRowGroup) {
+            const int tn = std::min(kDequantRowGroup, x.rows() - t0);
+            __m512 acc[kDequantRowGroup];  // (tn) per-lane running dots
+            for (int t = 0; t < tn; ++t) acc[t] = _mm512_setzero_ps();
+            for (int64_t b = 0; b < nb; ++b) {
+                const unsigned char* blk = w + static_cast<size_t>(b) * tt.block_bytes;
+                _mm_prefetch(reinterpret_cast<const char*>(blk + kQPrefetchBytes), _MM_HINT_T1);
+                tt.dequantize(blk, wb, 1);
+                const int64_t c0 = b * be / 16;
+                for (int t = 0; t < tn; ++t) {
+                    __m512 a = acc[t];
+                    for (int64_t c = 0; c < be / 16; ++c) {
+                        a = _mm512_fmadd_ps(_mm512_load_ps(wb + 16 * c), _mm512_loadu_ps(x.f32_chunk(c0 + c, t0 + t)), a);
+                    }
+                    acc[t] = a;
+                }
+            }
+            for (int t = 0; t < tn; ++t) y[(t0 + t) * ldy + n] = _mm512_reduce_add_ps(acc[t]);
+        }
     }
 }
 
@@ -917,6 +1279,7 @@ void dequantize_row_avx512(TensorType type, const void* src, float* dst, int64_t
             }
             return;
         }
+        default: dequantize_row(type, src, dst, n); return;
     }
 }
 

@@ -6,13 +6,14 @@
 //                                    are interleaved: (kp/16, rows, 16)
 //                   panel(p)         (k, 16) f32, element [kk][l] = x[16p + l][kk], 0 past rows;
 //                                    only when has_panels() (rows >= kPanelMinRows)
-//   q8_0/q4_0:      q8_block(b, r)   (32) int8, block b of x row r: (n_blocks, rows, 32)
+//   all quantised types but q2_K/q3_K: q8_block(b, r)   (32) int8, block b of x row r: (n_blocks, rows, 32)
 //                   q8_meta(b, r)    {corr, d}: (n_blocks, rows) of 8 bytes
 //                                    d: x[r][32b + j] ~= d * q8_block(b, r)[j]
 //                                    corr: -128 * sum_j q (q8_0 weights) or -8 * sum_j q (q4_0
 //                                    weights): the offset that unsigned-times-signed int8 dot
 //                                    products (weights + 128, or q4_0 nibbles without their -8)
-//                                    must add back.
+//                                    must add back; sum_j q itself for the others (their mins
+//                                    and offsets are applied per scale group).
 #pragma once
 
 #include <cstdint>
@@ -55,6 +56,28 @@ void quantize_act_avx512(const float* x, int64_t k, const QuantDst& dst);
 // One full 16-row panel: panel (k, 16) [kk][l] = x[l * ldx + kk], x: (16, ldx) f32.
 void pack_panel_avx2(const float* x, int64_t ldx, int64_t k, float* panel);
 void pack_panel_avx512(const float* x, int64_t ldx, int64_t k, float* panel);
+
+// Q4_K, Q5_K and Q6_K weights against the q8 layout (corr = sum of the codes); the
+// SIMD builds are matmul_avx2/avx512's own cases.
+void matmul_kq_scalar(TensorType type, const void* W, const PreparedInput& x, float* y, int64_t ldy, int64_t n_begin,
+                      int64_t n_end);
+
+// q5_0, q5_1, iq4_nl and iq4_xs weights against the q8 layout (corr = sum).
+void matmul_q32_scalar(TensorType type, const void* W, const PreparedInput& x, float* y, int64_t ldy, int64_t n_begin,
+                       int64_t n_end);
+
+// The types without integer kernels (q2_K, q3_K):
+// each weight block (at most kDequantMaxBlock elements) is decoded once per
+// group of up to kDequantRowGroup activation rows and dotted with their f32
+// layout. The scalar build is the reference the others are tested against.
+constexpr int kDequantMaxBlock = 256;
+constexpr int kDequantRowGroup = 16;
+void matmul_dequant_scalar(TensorType type, const void* W, const PreparedInput& x, float* y, int64_t ldy, int64_t n_begin,
+                           int64_t n_end);
+void matmul_dequant_avx2(TensorType type, const void* W, const PreparedInput& x, float* y, int64_t ldy, int64_t n_begin,
+                         int64_t n_end);
+void matmul_dequant_avx512(TensorType type, const void* W, const PreparedInput& x, float* y, int64_t ldy, int64_t n_begin,
+                           int64_t n_end);
 
 void matmul_scalar(TensorType type, const void* W, const PreparedInput& x, float* y, int64_t ldy, int64_t n_begin,
                    int64_t n_end);

@@ -27,6 +27,13 @@ WeightMatrix matrix(const gguf::File& f, const std::string& name, int64_t cols, 
         throw Error(f.path() + ": tensor '" + name + "' has shape " + shape_string(t.ne) +
                     ", the metadata implies [" + std::to_string(cols) + ", " + std::to_string(rows) + "]");
     }
+    // A NaN or infinite block scale would poison every logit without a
+    // trace: refuse the file as llama.cpp's validation does.
+    const int64_t n_blocks = t.n_elements() / tensor_type_block_elements(t.type);
+    if (const int64_t bad = tensor_first_nonfinite_block(t.type, t.data, n_blocks); bad >= 0) {
+        throw Error(f.path() + ": tensor '" + name + "' (" + tensor_type_name(t.type) + ") block " + std::to_string(bad) +
+                    " has a NaN or infinite scale: the file is corrupt");
+    }
     WeightMatrix w;
     w.type = t.type;
     w.data = t.data;
@@ -237,19 +244,6 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& path) {
             L.w_up = matrix(f, p + "ffn_up.weight", dim, ffn);
         }
         L.w_down = matrix(f, p + "ffn_down.weight", ffn, dim);
-    }
-    // The fast path prepares one activation layout per role for all layers:
-    // q/k/v share an input, as do gate/up, so their types must agree.
-    const LlamaLayer& first = m->layers_.front();
-    for (int32_t l = 0; l < hp.n_layers; ++l) {
-        const LlamaLayer& L = m->layers_[static_cast<size_t>(l)];
-        if (L.wq.type != first.wq.type || L.wk.type != first.wq.type || L.wv.type != first.wq.type ||
-            L.wo.type != first.wo.type || L.w_gate.type != first.w_gate.type || L.w_up.type != first.w_gate.type ||
-            L.w_down.type != first.w_down.type) {
-            throw Error(path + ": layer " + std::to_string(l) +
-                        " mixes weight types across attn_q/k/v, attn_output, ffn_gate/up or ffn_down; "
-                        "specd needs one type per role for all layers");
-        }
     }
     m->output_norm_ = vector_f32(f, "output_norm.weight", dim);
     if (f.find_tensor("output.weight")) {

@@ -300,6 +300,7 @@ uint32_t llama_file_type(TensorType type) {
         case TensorType::Q4_0: return 2;
         case TensorType::Q8_0: return 7;
         case TensorType::BF16: return 32;
+        default: break;
     }
     throw Error("no llama.cpp file type for tensor type " + std::to_string(static_cast<uint32_t>(type)));
 }
@@ -379,8 +380,8 @@ void convert_llama2c(const std::string& model_bin, const std::string& tokenizer_
 }
 
 QuantizeStats quantize_model(const std::string& in_gguf, const std::string& out_gguf, TensorType type) {
-    if (!tensor_type_supported(static_cast<uint32_t>(type))) {
-        throw Error("quantize: unsupported target type " + std::to_string(static_cast<uint32_t>(type)));
+    if (!tensor_type_writable(type)) {
+        throw Error(std::string("quantize: specd cannot write ") + tensor_type_name(type) + " (it writes f32, f16, bf16, q8_0, q4_0)");
     }
     const gguf::File in = gguf::File::open(in_gguf);
     gguf::Writer w;

@@ -9,6 +9,7 @@
 #include "engine/error.h"
 #include "engine/gguf.h"
 #include "engine/sha256.h"
+#include "engine/tensor_type.h"
 
 namespace specd {
 
@@ -47,6 +48,14 @@ ModelIntegrity verify_model_file(const std::string& path, const std::string& exp
         r.gguf_version = file.version();
         r.n_tensors = file.tensors().size();
         r.file_bytes = file.size();
+        // A NaN or infinite block scale: structurally sound, numerically corrupt.
+        for (const gguf::TensorInfo& t : file.tensors()) {
+            const int64_t n_blocks = t.n_elements() / tensor_type_block_elements(t.type);
+            if (const int64_t bad = tensor_first_nonfinite_block(t.type, t.data, n_blocks); bad >= 0) {
+                throw Error(path + ": tensor '" + t.name + "' (" + tensor_type_name(t.type) + ") block " + std::to_string(bad) +
+                            " has a NaN or infinite scale: the file is corrupt");
+            }
+        }
     } catch (const Error& e) {
         throw Error(std::string("model rejected (weights incomplete or path wrong): ") + e.what());
     }

@@ -1,7 +1,7 @@
 // Model file integrity, checked before serving and by `specd verify`: the
 // GGUF structure (header, metadata, every tensor inside the file: a
-// truncated download fails here) and, when a hash is known, the file's
-// sha256. The hash comes from the configuration or from a MODEL.sha256 file
+// truncated download fails here), every quantised block's scale finite,
+// and, when a hash is known, the file's sha256. The hash comes from the configuration or from a MODEL.sha256 file
 // next to the model (sha256sum's format: "HEX  NAME").
 #pragma once
 

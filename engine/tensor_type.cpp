@@ -7,6 +7,7 @@
 #include <string>
 
 #include "engine/error.h"
+#include "engine/quant_k.h"
 
 namespace specd {
 
@@ -84,61 +85,114 @@ void quantize_q4_0(const float* x, BlockQ4_0* y, int64_t nb) {
     }
 }
 
+// Whole blocks of the float and 32-element types, for the table.
+void dequantize_f32(const void* x, float* y, int64_t n) {
+    if (n > 0) std::memcpy(y, x, static_cast<size_t>(n) * sizeof(float));
+}
+
+void dequantize_f16(const void* x, float* y, int64_t n) {
+    const uint16_t* s = static_cast<const uint16_t*>(x);
+    for (int64_t i = 0; i < n; ++i) y[i] = fp16_to_fp32(s[i]);
+}
+
+void dequantize_bf16(const void* x, float* y, int64_t n) {
+    const uint16_t* s = static_cast<const uint16_t*>(x);
+    for (int64_t i = 0; i < n; ++i) y[i] = bf16_to_fp32(s[i]);
+}
+
+void dequantize_q8_0(const void* x, float* y, int64_t n_blocks) {
+    const BlockQ8_0* b = static_cast<const BlockQ8_0*>(x);
+    for (int64_t i = 0; i < n_blocks; ++i) {
+        const float d = fp16_to_fp32(b[i].d);
+        for (int j = 0; j < kQuantBlock; ++j) y[i * kQuantBlock + j] = static_cast<float>(b[i].qs[j]) * d;
+    }
+}
+
+void dequantize_q4_0(const void* x, float* y, int64_t n_blocks) {
+    const BlockQ4_0* b = static_cast<const BlockQ4_0*>(x);
+    for (int64_t i = 0; i < n_blocks; ++i) {
+        const float d = fp16_to_fp32(b[i].d);
+        for (int j = 0; j < kQuantBlock / 2; ++j) {
+            y[i * kQuantBlock + j] = static_cast<float>((b[i].qs[j] & 0x0f) - 8) * d;
+            y[i * kQuantBlock + j + 16] = static_cast<float>((b[i].qs[j] >> 4) - 8) * d;
+        }
+    }
+}
+
+template <class Block>
+int64_t first_nonfinite_d(const void* x, int64_t n_blocks) {
+    const Block* b = static_cast<const Block*>(x);
+    for (int64_t i = 0; i < n_blocks; ++i) {
+        if ((b[i].d & 0x7c00u) == 0x7c00u) return i;
+    }
+    return -1;
+}
+
+// The one description of every type, in ggml's numbering.
+constexpr TensorTypeTraits kTypes[] = {
+    {TensorType::F32, "f32", 1, 4, dequantize_f32, nullptr, true},
+    {TensorType::F16, "f16", 1, 2, dequantize_f16, nullptr, true},
+    {TensorType::Q4_0, "q4_0", kQuantBlock, sizeof(BlockQ4_0), dequantize_q4_0, first_nonfinite_d<BlockQ4_0>, true},
+    {TensorType::Q5_0, "q5_0", kQuantBlock, sizeof(BlockQ5_0), dequantize_q5_0, first_nonfinite_q5_0, false},
+    {TensorType::Q5_1, "q5_1", kQuantBlock, sizeof(BlockQ5_1), dequantize_q5_1, first_nonfinite_q5_1, false},
+    {TensorType::Q8_0, "q8_0", kQuantBlock, sizeof(BlockQ8_0), dequantize_q8_0, first_nonfinite_d<BlockQ8_0>, true},
+    {TensorType::Q2_K, "q2_K", kSuperBlock, sizeof(BlockQ2_K), dequantize_q2_k, first_nonfinite_q2_k, false},
+    {TensorType::Q3_K, "q3_K", kSuperBlock, sizeof(BlockQ3_K), dequantize_q3_k, first_nonfinite_q3_k, false},
+    {TensorType::Q4_K, "q4_K", kSuperBlock, sizeof(BlockQ4_K), dequantize_q4_k, first_nonfinite_q4_k, false},
+    {TensorType::Q5_K, "q5_K", kSuperBlock, sizeof(BlockQ5_K), dequantize_q5_k, first_nonfinite_q5_k, false},
+    {TensorType::Q6_K, "q6_K", kSuperBlock, sizeof(BlockQ6_K), dequantize_q6_k, first_nonfinite_q6_k, false},
+    {TensorType::IQ4_NL, "iq4_nl", kQuantBlock, sizeof(BlockIQ4_NL), dequantize_iq4_nl, first_nonfinite_iq4_nl, false},
+    {TensorType::IQ4_XS, "iq4_xs", kSuperBlock, sizeof(BlockIQ4_XS), dequantize_iq4_xs, first_nonfinite_iq4_xs, false},
+    {TensorType::BF16, "bf16", 1, 2, dequantize_bf16, nullptr, true},
+};
+
+const TensorTypeTraits& traits_of(TensorType type) {
+    const TensorTypeTraits* t = tensor_type_traits(static_cast<uint32_t>(type));
+    if (t == nullptr) bad_type(type);
+    return *t;
+}
+
 }  // namespace
 
-bool tensor_type_supported(uint32_t raw_type) {
-    switch (raw_type) {
-        case static_cast<uint32_t>(TensorType::F32):
-        case static_cast<uint32_t>(TensorType::F16):
-        case static_cast<uint32_t>(TensorType::Q4_0):
-        case static_cast<uint32_t>(TensorType::Q8_0):
-        case static_cast<uint32_t>(TensorType::BF16):
-            return true;
-        default:
-            return false;
+const TensorTypeTraits* tensor_type_traits(uint32_t raw_type) {
+    for (const TensorTypeTraits& t : kTypes) {
+        if (static_cast<uint32_t>(t.type) == raw_type) return &t;
     }
+    return nullptr;
+}
+
+bool tensor_type_supported(uint32_t raw_type) { return tensor_type_traits(raw_type) != nullptr; }
+
+bool tensor_type_writable(TensorType type) {
+    const TensorTypeTraits* t = tensor_type_traits(static_cast<uint32_t>(type));
+    return t != nullptr && t->writable;
 }
 
 const char* tensor_type_name(TensorType type) {
-    switch (type) {
-        case TensorType::F32: return "f32";
-        case TensorType::F16: return "f16";
-        case TensorType::Q4_0: return "q4_0";
-        case TensorType::Q8_0: return "q8_0";
-        case TensorType::BF16: return "bf16";
-    }
-    return "unknown";
+    const TensorTypeTraits* t = tensor_type_traits(static_cast<uint32_t>(type));
+    return t != nullptr ? t->name : "unknown";
 }
 
 std::optional<TensorType> tensor_type_from_name(std::string_view name) {
-    std::string lower(name);
-    std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-    for (TensorType t : {TensorType::F32, TensorType::F16, TensorType::Q4_0, TensorType::Q8_0, TensorType::BF16}) {
-        if (lower == tensor_type_name(t)) return t;
+    auto lower = [](std::string_view v) {
+        std::string out(v);
+        std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+        return out;
+    };
+    const std::string want = lower(name);
+    for (const TensorTypeTraits& t : kTypes) {
+        if (want == lower(t.name)) return t.type;
     }
     return std::nullopt;
 }
 
-int64_t tensor_type_block_elements(TensorType type) {
-    switch (type) {
-        case TensorType::F32:
-        case TensorType::F16:
-        case TensorType::BF16: return 1;
-        case TensorType::Q4_0:
-        case TensorType::Q8_0: return kQuantBlock;
-    }
-    bad_type(type);
-}
+int64_t tensor_type_block_elements(TensorType type) { return traits_of(type).block_elements; }
 
-size_t tensor_type_block_bytes(TensorType type) {
-    switch (type) {
-        case TensorType::F32: return 4;
-        case TensorType::F16:
-        case TensorType::BF16: return 2;
-        case TensorType::Q4_0: return sizeof(BlockQ4_0);
-        case TensorType::Q8_0: return sizeof(BlockQ8_0);
-    }
-    bad_type(type);
+size_t tensor_type_block_bytes(TensorType type) { return traits_of(type).block_bytes; }
+
+int64_t tensor_first_nonfinite_block(TensorType type, const void* data, int64_t n_blocks) {
+    const TensorTypeTraits& t = traits_of(type);
+    return t.first_nonfinite_block != nullptr ? t.first_nonfinite_block(data, n_blocks) : -1;
 }
 
 size_t tensor_row_bytes(TensorType type, int64_t n_elements) {
@@ -216,47 +270,16 @@ void quantize_row(TensorType type, const float* src, void* dst, int64_t n) {
         }
         case TensorType::Q8_0: quantize_q8_0(src, static_cast<BlockQ8_0*>(dst), n / kQuantBlock); return;
         case TensorType::Q4_0: quantize_q4_0(src, static_cast<BlockQ4_0*>(dst), n / kQuantBlock); return;
+        default: break;
     }
-    bad_type(type);
+    throw Error(std::string("specd cannot write tensor type ") + tensor_type_name(type) +
+                " (it writes f32, f16, bf16, q8_0 and q4_0)");
 }
 
 void dequantize_row(TensorType type, const void* src, float* dst, int64_t n) {
     require_blocks(type, n);
-    switch (type) {
-        case TensorType::F32:
-            if (n > 0) std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
-            return;
-        case TensorType::F16: {
-            const uint16_t* s = static_cast<const uint16_t*>(src);
-            for (int64_t i = 0; i < n; ++i) dst[i] = fp16_to_fp32(s[i]);
-            return;
-        }
-        case TensorType::BF16: {
-            const uint16_t* s = static_cast<const uint16_t*>(src);
-            for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_fp32(s[i]);
-            return;
-        }
-        case TensorType::Q8_0: {
-            const BlockQ8_0* b = static_cast<const BlockQ8_0*>(src);
-            for (int64_t i = 0; i < n / kQuantBlock; ++i) {
-                const float d = fp16_to_fp32(b[i].d);
-                for (int j = 0; j < kQuantBlock; ++j) dst[i * kQuantBlock + j] = static_cast<float>(b[i].qs[j]) * d;
-            }
-            return;
-        }
-        case TensorType::Q4_0: {
-            const BlockQ4_0* b = static_cast<const BlockQ4_0*>(src);
-            for (int64_t i = 0; i < n / kQuantBlock; ++i) {
-                const float d = fp16_to_fp32(b[i].d);
-                for (int j = 0; j < kQuantBlock / 2; ++j) {
-                    dst[i * kQuantBlock + j] = static_cast<float>((b[i].qs[j] & 0x0f) - 8) * d;
-                    dst[i * kQuantBlock + j + 16] = static_cast<float>((b[i].qs[j] >> 4) - 8) * d;
-                }
-            }
-            return;
-        }
-    }
-    bad_type(type);
+    const TensorTypeTraits& t = traits_of(type);
+    t.dequantize(src, dst, n / t.block_elements);
 }
 
 }  // namespace specd

@@ -3,7 +3,10 @@
 // built or linked here). The interop test uses it to make GGUF files that
 // llama.cpp wrote, which specd must then load.
 //
-//   llama_quantize LIBLLAMA.so IN.gguf OUT.gguf q4_0|q8_0|f16|f32
+//   llama_quantize LIBLLAMA.so IN.gguf OUT.gguf TYPE
+//
+// TYPE: f32, f16, q4_0, q8_0, q5_0, q5_1, Q2_K, Q3_K_S/M/L, Q4_K_S/M,
+// Q5_K_S/M, Q6_K, IQ4_NL, IQ4_XS (llama-quantize's names for its mixes).
 //
 // llama_model_quantize_params is passed as llama.cpp lays it out: nthread
 // (int32) then ftype (int32) lead the struct in every release. The defaults
@@ -32,24 +35,40 @@ using BackendInitFn = void (*)();
 constexpr int32_t kFtypeMostlyQ8_0 = 7;
 constexpr int32_t kFtypeMostlyQ5_1 = 9;
 
+// llama.h's LLAMA_FTYPE_* (ALL_F32, MOSTLY_*): the mixes its quantizer writes.
+struct Ftype {
+    const char* name;
+    int32_t value;
+};
+constexpr Ftype kFtypes[] = {
+    {"f32", 0},     {"f16", 1},      {"q4_0", 2},     {"q8_0", 7},     {"q5_0", 8},     {"q5_1", 9},
+    {"Q2_K", 10},   {"Q3_K_S", 11},  {"Q3_K_M", 12},  {"Q3_K_L", 13},  {"Q4_K_S", 14},  {"Q4_K_M", 15},
+    {"Q5_K_S", 16}, {"Q5_K_M", 17},  {"Q6_K", 18},    {"IQ4_NL", 25},  {"IQ4_XS", 30},
+};
+
 int32_t ftype_for(const std::string& type) {
-    if (type == "f32") return 0;   // LLAMA_FTYPE_ALL_F32
-    if (type == "f16") return 1;   // LLAMA_FTYPE_MOSTLY_F16
-    if (type == "q8_0") return 7;  // LLAMA_FTYPE_MOSTLY_Q8_0
-    if (type == "q4_0") return 2;  // LLAMA_FTYPE_MOSTLY_Q4_0 (the classifier gets llama.cpp's own choice)
+    for (const Ftype& f : kFtypes) {
+        if (type == f.name) return f.value;
+    }
     return -1;
+}
+
+std::string ftype_names() {
+    std::string out;
+    for (const Ftype& f : kFtypes) out += (out.empty() ? "" : "|") + std::string(f.name);
+    return out;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
     if (argc != 5) {
-        std::fprintf(stderr, "usage: %s LIBLLAMA.so IN.gguf OUT.gguf q4_0|q8_0|f16|f32\n", argv[0]);
+        std::fprintf(stderr, "usage: %s LIBLLAMA.so IN.gguf OUT.gguf %s\n", argv[0], ftype_names().c_str());
         return 2;
     }
     const int32_t ftype = ftype_for(argv[4]);
     if (ftype < 0) {
-        std::fprintf(stderr, "llama_quantize: unsupported type %s (q4_0, q8_0, f16, f32)\n", argv[4]);
+        std::fprintf(stderr, "llama_quantize: unsupported type %s (%s)\n", argv[4], ftype_names().c_str());
         return 2;
     }
     void* lib = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
