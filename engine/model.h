@@ -67,7 +67,9 @@ public:
     const gguf::File& file() const { return file_; }
     const std::string& path() const { return file_.path(); }
     std::string name() const;            // general.name, else the file name
-    TensorType weight_type() const { return layers_.at(0).wq.type; }
+    // The type holding most of the layers' weight bytes (a label: files from
+    // llama.cpp's quantizer mix types per tensor, e.g. Q4_K_M's q4_K + q6_K).
+    TensorType weight_type() const;
     size_t weight_bytes() const;         // bytes of all weights a token reads
     bool classifier_tied() const { return classifier_tied_; }
 
