@@ -768,12 +768,15 @@ SPECD_INLINE __m128i q3_k_scales(const uint8_t* s) {
 // Q6_K or Q3_K (Block) for weight row n and activation rows t0 .. t0+NR:
 // unsigned codes (Q6_K: q, 0..63; Q3_K: q + 4 * high bit, 0..7) offset by
 // 32 or 4, sixteen groups of 16 with int8 scales.
+// Q2_K joins them with codes q (0..3), no offset, and a second scale per
+// group for its min: x = d*(sc & 15) * q - dmin*(sc >> 4).
 template <class Block, int NR>
 SPECD_INLINE void q6_k_row(const Block* blocks, int64_t nsb, const PreparedInput& x, int t0, float* y, int64_t ldy) {
-    constexpr bool kQ3 = std::is_same_v<Block, BlockQ3_K>;
+    constexpr bool kQ3 = std::is_same_v<Block, BlockQ3_K>, kQ2 = std::is_same_v<Block, BlockQ2_K>;
     const int rows = x.rows();
     const int64_t st = static_cast<int64_t>(rows) * 32;
-    const __m512i low4 = _mm512_set1_epi8(0x0f), low2 = _mm512_set1_epi8(0x03), k32 = _mm512_set1_epi8(kQ3 ? 4 : 32);
+    const __m512i low4 = _mm512_set1_epi8(0x0f), low2 = _mm512_set1_epi8(0x03);
+    const __m512i k32 = _mm512_set1_epi8(kQ2 ? 1 : kQ3 ? 4 : 32);  // the offset (Q2_K: ones, for the group sums)
     // qh shifts per 16-bit lane: elements l (bytes 0..31) and l+32 (32..63).
     const __m512i sh01 = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
     const __m512i sh23 = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(6), 1);
@@ -788,8 +791,25 @@ SPECD_INLINE void q6_k_row(const Block* blocks, int64_t nsb, const PreparedInput
         const __m512 d = _mm512_set1_ps(_cvtsh_ss(b.d));
         __m512i v[4];  // 64 codes each: elements 64k .. 64k+63 of the super-block
         __m512 s[4];   // d * scale of each lane's group
+        __m512 s2[4];  // Q2_K: dmin * min of each lane's group
         __m128i sc;    // the 16 int8 scales
-        if constexpr (kQ3) {
+        __m128i mins;  // Q2_K: the 16 mins
+        if constexpr (kQ2) {
+            const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales));
+            sc = _mm_and_si128(raw, _mm_set1_epi8(0x0f));
+            mins = _mm_and_si128(_mm_srli_epi16(raw, 4), _mm_set1_epi8(0x0f));
+            // Elements 32j + l of half h: bits 2j of qs[32h + l].
+            SPECD_UNROLL
+            for (int h = 0; h < 2; ++h) {
+                const __m512i qs = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 32 * h)));
+                SPECD_UNROLL
+                for (int p = 0; p < 2; ++p) {
+                    const __m512i sq = _mm512_inserti64x4(_mm512_set1_epi16(static_cast<short>(4 * p)),
+                                                          _mm256_set1_epi16(static_cast<short>(4 * p + 2)), 1);
+                    v[2 * h + p] = _mm512_and_si512(_mm512_srlv_epi16(qs, sq), low2);
+                }
+            }
+        } else if constexpr (kQ3) {
             sc = q3_k_scales(b.scales);
             // Elements 32j + l of half h: bits 2j of qs[32h + l], bit 4h + j of hmask[l].
             const __m512i hm = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.hmask)));
@@ -824,6 +844,10 @@ SPECD_INLINE void q6_k_row(const Block* blocks, int64_t nsb, const PreparedInput
         for (int k = 0; k < 4; ++k) {
             const __m128i pat = _mm_add_epi8(pat0, _mm_set1_epi8(static_cast<char>(4 * k)));
             s[k] = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_shuffle_epi8(sc, pat))));
+            if constexpr (kQ2) {
+                s2[k] = _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(b.dmin)),
+                                      _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_shuffle_epi8(mins, pat))));
+            }
         }
         SPECD_UNROLL
         for (int r = 0; r < NR; ++r) {
@@ -833,10 +857,15 @@ SPECD_INLINE void q6_k_row(const Block* blocks, int64_t nsb, const PreparedInput
             SPECD_UNROLL
             for (int k = 0; k < 4; ++k) {
                 const __m512i ab = two_blocks(a + 2 * k * st, a + (2 * k + 1) * st);
-                const __m512i i = _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), v[k], ab),
-                                                   _mm512_dpbusd_epi32(_mm512_setzero_si512(), k32, ab));
+                const __m512i iq = _mm512_dpbusd_epi32(_mm512_setzero_si512(), v[k], ab);
+                const __m512i ioff = _mm512_dpbusd_epi32(_mm512_setzero_si512(), k32, ab);
                 const __m512 dx = _mm512_insertf32x8(_mm512_set1_ps(m[2 * k * rows].d), _mm256_set1_ps(m[(2 * k + 1) * rows].d), 1);
-                f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), _mm512_mul_ps(s[k], dx), f);
+                if constexpr (kQ2) {
+                    f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(iq), _mm512_mul_ps(s[k], dx), f);
+                    f = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(ioff), _mm512_mul_ps(s2[k], dx), f);
+                } else {
+                    f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(iq, ioff)), _mm512_mul_ps(s[k], dx), f);
+                }
             }
             acc[r] = f;
         }
@@ -849,8 +878,8 @@ template <class Block, int NR>
 SPECD_INLINE void kq_rows_n(int nr, const Block* blocks, int64_t nsb, const PreparedInput& x, int t0, float* y, int64_t ldy) {
     if constexpr (NR > 0) {
         if (nr == NR) {
-            if constexpr (std::is_same_v<Block, BlockQ6_K> || std::is_same_v<Block, BlockQ3_K>) q6_k_row<Block, NR>(blocks, nsb, x, t0, y, ldy);
-            else q4_k_row<Block, NR>(blocks, nsb, x, t0, y, ldy);
+            if constexpr (std::is_same_v<Block, BlockQ4_K> || std::is_same_v<Block, BlockQ5_K>) q4_k_row<Block, NR>(blocks, nsb, x, t0, y, ldy);
+            else q6_k_row<Block, NR>(blocks, nsb, x, t0, y, ldy);
             return;
         }
         kq_rows_n<Block, NR - 1>(nr, blocks, nsb, x, t0, y, ldy);
@@ -1024,6 +1053,7 @@ void matmul_avx512(TensorType type, const void* W, const PreparedInput& x, float
         case TensorType::Q5_K: kq_matmul<BlockQ5_K>(w, rb, x, y, ldy, n0, n1); return;
         case TensorType::Q6_K: kq_matmul<BlockQ6_K>(w, rb, x, y, ldy, n0, n1); return;
         case TensorType::Q3_K: kq_matmul<BlockQ3_K>(w, rb, x, y, ldy, n0, n1); return;
+        case TensorType::Q2_K: kq_matmul<BlockQ2_K>(w, rb, x, y, ldy, n0, n1); return;
         case TensorType::Q5_0: q32_matmul<TensorType::Q5_0>(w, rb, x, y, ldy, n0, n1); return;
         case TensorType::Q5_1: q32_matmul<TensorType::Q5_1>(w, rb, x, y, ldy, n0, n1); return;
         case TensorType::IQ4_NL: q32_matmul<TensorType::IQ4_NL>(w, rb, x, y, ldy, n0, n1); return;
