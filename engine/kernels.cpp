@@ -158,6 +158,8 @@ int32_t PreparedInput::correction_multiplier(TensorType type) {
     switch (type) {
         case TensorType::Q8_0: return -128;
         case TensorType::Q4_0: return -8;
+        case TensorType::Q2_K:
+        case TensorType::Q3_K:
         case TensorType::Q4_K:
         case TensorType::Q5_K:
         case TensorType::Q6_K:
@@ -363,12 +365,28 @@ int q6_k_code(const BlockQ6_K& b, int e) {
     return low | (((qh[l] >> (2 * part)) & 3) << 4);
 }
 
+// Q3_K's value (-4..3) of element e: 2 bits from qs, the high bit from hmask.
+int q3_k_value(const BlockQ3_K& b, int e) {
+    const int h = e / 128, j = (e % 128) / 32, l = e % 32;
+    const int q = (b.qs[32 * h + l] >> (2 * j)) & 3;
+    return q - (((b.hmask[l] >> (4 * h + j)) & 1) ? 0 : 4);
+}
+
+// Q3_K's 6-bit scale of group g (0..15), offset by 32.
+int q3_k_scale(const uint8_t* s, int g) {
+    const int low = g < 8 ? (s[g] & 0x0f) : (s[g - 8] >> 4);
+    return low | (((s[8 + g % 4] >> (2 * (g / 4))) & 3) << 4);
+}
+
 }  // namespace
 
-// Q4_K, Q5_K and Q6_K against q8 activations (blocks of 32, corr = sum):
-// integer dot products per group of weights sharing a scale, scaled in float.
+// The K-quants against q8 activations (blocks of 32, corr =
+// sum): integer dot products per group of weights sharing a scale, scaled in
+// float.
 //   Q4_K/Q5_K, group g of 32: dx_g * (d*sc_g * sum(q*xq) - dmin*m_g * sum(xq))
-//   Q6_K, group of 16:   dx * d*sc * sum((q - 32) * xq)
+//   Q6_K, group of 16:        dx * d*sc * sum((q - 32) * xq)
+//   Q3_K, group of 16:        dx * d*(s - 32) * sum(value * xq)
+//   Q2_K, group of 16:        dx * (d*sc * sum(q*xq) - dmin*m * sum(xq))
 void matmul_kq_scalar(TensorType type, const void* W, const PreparedInput& x, float* y, int64_t ldy, int64_t n0,
                       int64_t n1) {
     const int64_t nsb = x.k() / kSuperBlock;
@@ -402,7 +420,7 @@ void matmul_kq_scalar(TensorType type, const void* W, const PreparedInput& x, fl
                         acc += xm.d * (d * static_cast<float>(sc[g]) * static_cast<float>(isum) -
                                        dmin * static_cast<float>(m[g]) * static_cast<float>(xm.corr));
                     }
-                } else {
+                } else if (type == TensorType::Q6_K) {
                     const BlockQ6_K& b = reinterpret_cast<const BlockQ6_K*>(w)[sb];
                     const float d = fp16_to_fp32(b.d);
                     for (int g = 0; g < 16; ++g) {
@@ -411,6 +429,33 @@ void matmul_kq_scalar(TensorType type, const void* W, const PreparedInput& x, fl
                         int32_t isum = 0;
                         for (int j = 0; j < 16; ++j) isum += (q6_k_code(b, 16 * g + j) - 32) * xq[j];
                         acc += x.q8_scale(blk, t) * (d * static_cast<float>(b.scales[g]) * static_cast<float>(isum));
+                    }
+                } else if (type == TensorType::Q2_K) {
+                    // Groups of 16: x = d*(sc & 15) * q - dmin*(sc >> 4), q 2 bits as Q3_K's low bits.
+                    const BlockQ2_K& b = reinterpret_cast<const BlockQ2_K*>(w)[sb];
+                    const float d = fp16_to_fp32(b.d), dmin = fp16_to_fp32(b.dmin);
+                    for (int g = 0; g < 16; ++g) {
+                        const int64_t blk = 8 * sb + g / 2;
+                        const int8_t* xq = x.q8_block(blk, t) + 16 * (g % 2);
+                        int32_t isum = 0, asum = 0;
+                        for (int j = 0; j < 16; ++j) {
+                            const int e = 16 * g + j, h = e / 128, sh = 2 * ((e % 128) / 32), l = e % 32;
+                            isum += ((b.qs[32 * h + l] >> sh) & 3) * xq[j];
+                            asum += xq[j];
+                        }
+                        acc += x.q8_scale(blk, t) * (d * static_cast<float>(b.scales[g] & 0x0f) * static_cast<float>(isum) -
+                                                     dmin * static_cast<float>(b.scales[g] >> 4) * static_cast<float>(asum));
+                    }
+                } else {
+                    // Q3_K, groups of 16 as Q6_K's: x = d * (s - 32) * (q - 4 * (high bit clear)).
+                    const BlockQ3_K& b = reinterpret_cast<const BlockQ3_K*>(w)[sb];
+                    const float d = fp16_to_fp32(b.d);
+                    for (int g = 0; g < 16; ++g) {
+                        const int64_t blk = 8 * sb + g / 2;
+                        const int8_t* xq = x.q8_block(blk, t) + 16 * (g % 2);
+                        int32_t isum = 0;
+                        for (int j = 0; j < 16; ++j) isum += q3_k_value(b, 16 * g + j) * xq[j];
+                        acc += x.q8_scale(blk, t) * (d * static_cast<float>(q3_k_scale(b.scales, g) - 32) * static_cast<float>(isum));
                     }
                 }
             }
@@ -518,6 +563,8 @@ void matmul_scalar(TensorType type, const void* W, const PreparedInput& x, float
         case TensorType::BF16: matmul_float_scalar<TensorType::BF16>(w, rb, x, y, ldy, n0, n1); return;
         case TensorType::Q8_0: matmul_quant_scalar<TensorType::Q8_0>(w, rb, x, y, ldy, n0, n1); return;
         case TensorType::Q4_0: matmul_quant_scalar<TensorType::Q4_0>(w, rb, x, y, ldy, n0, n1); return;
+        case TensorType::Q2_K:
+        case TensorType::Q3_K:
         case TensorType::Q4_K:
         case TensorType::Q5_K:
         case TensorType::Q6_K: matmul_kq_scalar(type, W, x, y, ldy, n0, n1); return;

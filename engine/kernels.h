@@ -38,11 +38,9 @@ const char* isa_name(Isa isa);  // "scalar", "avx2", "avx512"
 // padded to a multiple of 16, plus a 16-row-panel transposed copy when there
 // are many rows); for q8_0/q4_0 weights they are quantised to q8_0 blocks of
 // 32 (K % 32 == 0) as ggml does, but keep their scales in f32 (ggml rounds
-// them to fp16), bit-identically on every ISA. q5_0, q5_1, iq4_nl, iq4_xs,
-// Q4_K, Q5_K and Q6_K weights read the same q8 blocks of 32 with corr = sum
-// (their integer kernels scale per 32 or per 16 weights). q2_K and q3_K read
-// the f32 layout: their kernels decode a block of weights and dot it with
-// the f32 rows.
+// them to fp16), bit-identically on every ISA. q5_0, q5_1, iq4_nl, iq4_xs
+// and the K-quants (Q2_K..Q6_K) read the same q8 blocks of 32 with corr =
+// sum (their integer kernels scale per 32 or per 16 weights).
 class PreparedInput {
 public:
     PreparedInput();
@@ -69,14 +67,12 @@ public:
     // True when this input, prepared for weight_type(), can feed weights of
     // `type`: the f32 layout serves every type that reads it, a q8 layout
     // the types with the same correction (q8_0 alone, q4_0 alone; q5_0,
-    // q5_1, iq4_nl, iq4_xs, Q4_K, Q5_K and Q6_K together).
+    // q5_1, iq4_nl, iq4_xs and the K-quants together).
     bool serves(TensorType type) const;
-    // True when `type`'s weights read a q8 layout (all but f32, f16, bf16,
-    // q2_K and q3_K).
+    // True when `type`'s weights read a q8 layout (all but f32, f16, bf16).
     static bool quantized_layout(TensorType type) { return correction_multiplier(type) != 0; }
     // The q8 layout's corr = multiplier * sum(q): -128 (q8_0), -8 (q4_0),
-    // 1 (q5_0, q5_1, iq4_nl, iq4_xs, Q4_K, Q5_K, Q6_K); 0 for the types that
-    // read the f32 layout.
+    // 1 (q5_0, q5_1, iq4_nl, iq4_xs, Q2_K..Q6_K); 0 for f32, f16, bf16.
     static int32_t correction_multiplier(TensorType type);
 
     int rows() const { return rows_; }

@@ -429,41 +429,91 @@ inline __attribute__((always_inline)) void q4_k_row(const Block* blocks, int64_t
     for (int r = 0; r < NR; ++r) y[(t0 + r) * ldy] = hsum8(acc[r]) - hsum8(accm[r]);
 }
 
-// Q6_K for weight row n and activation rows t0 .. t0+NR.
-template <int NR>
-inline __attribute__((always_inline)) void q6_k_row(const BlockQ6_K* blocks, int64_t nsb, const PreparedInput& x, int t0,
+// Q3_K's sixteen 6-bit scales minus 32, as int8.
+inline __m128i q3_k_scales(const uint8_t* s) {
+    uint32_t w0, w1, w2;
+    std::memcpy(&w0, s, 4);
+    std::memcpy(&w1, s + 4, 4);
+    std::memcpy(&w2, s + 8, 4);
+    const uint32_t m4 = 0x0f0f0f0fu, m2 = 0x03030303u;
+    const __m128i u = _mm_setr_epi32(static_cast<int>((w0 & m4) | ((w2 & m2) << 4)),
+                                     static_cast<int>((w1 & m4) | (((w2 >> 2) & m2) << 4)),
+                                     static_cast<int>(((w0 >> 4) & m4) | (((w2 >> 4) & m2) << 4)),
+                                     static_cast<int>(((w1 >> 4) & m4) | (((w2 >> 6) & m2) << 4)));
+    return _mm_sub_epi8(u, _mm_set1_epi8(32));
+}
+
+// Q6_K or Q3_K (Block) for weight row n and activation rows t0 .. t0+NR:
+// unsigned codes (Q6_K: q, 0..63; Q3_K: q + 4 * high bit, 0..7) offset by
+// 32 or 4, sixteen groups of 16 with int8 scales.
+// Q2_K joins them with codes q (0..3), no offset, and a second scale per
+// group for its min: x = d*(sc & 15) * q - dmin*(sc >> 4).
+template <class Block, int NR>
+inline __attribute__((always_inline)) void q6_k_row(const Block* blocks, int64_t nsb, const PreparedInput& x, int t0,
                                                     float* y, int64_t ldy) {
+    constexpr bool kQ3 = std::is_same_v<Block, BlockQ3_K>, kQ2 = std::is_same_v<Block, BlockQ2_K>;
     const int rows = x.rows();
     const int64_t st = static_cast<int64_t>(rows) * 32;
-    const __m256i low4 = _mm256_set1_epi8(0x0f), low2 = _mm256_set1_epi8(0x03), k32 = _mm256_set1_epi8(32);
+    const __m256i low4 = _mm256_set1_epi8(0x0f), low2 = _mm256_set1_epi8(0x03);
+    const __m256i k32 = _mm256_set1_epi8(kQ2 ? 1 : kQ3 ? 4 : 32);  // the offset (Q2_K: ones, for the group sums)
     // Lanes 0..3 take scale 2j, lanes 4..7 scale 2j+1, for the j-th 32 weights.
     const __m128i pat0 = _mm_setr_epi8(0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
     __m256 acc[NR];  // d*sc*dx * sum((q-32)*xq), per lane
     for (int r = 0; r < NR; ++r) acc[r] = _mm256_setzero_ps();
     for (int64_t sb = 0; sb < nsb; ++sb) {
-        const BlockQ6_K& b = blocks[sb];
-        for (size_t o = 0; o < sizeof(BlockQ6_K); o += 64) {
+        const Block& b = blocks[sb];
+        for (size_t o = 0; o < sizeof(Block); o += 64) {
             _mm_prefetch(reinterpret_cast<const char*>(&b) + kQPrefetchBytes + o, _MM_HINT_T1);
         }
-        const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales));
         const __m256 d = _mm256_set1_ps(_cvtsh_ss(b.d));
         __m256i c[8];  // codes of weights 32j .. 32j+31
         __m256 s[8];   // d * the scale of each lane's 16 weights
-        for (int h = 0; h < 2; ++h) {
-            const __m256i ql0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.ql + 64 * h));
-            const __m256i ql1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.ql + 64 * h + 32));
-            const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh + 32 * h));
-            auto high = [&](int shift) {
-                return _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(shift)), low2), 4);
-            };
-            c[4 * h] = _mm256_or_si256(_mm256_and_si256(ql0, low4), high(0));
-            c[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(ql1, low4), high(2));
-            c[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4), high(4));
-            c[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4), high(6));
+        __m256 s2[8];  // Q2_K: dmin * the min of each lane's 16 weights
+        __m128i sc;    // the 16 int8 scales
+        __m128i mins;  // Q2_K: the 16 mins
+        if constexpr (kQ2) {
+            const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales));
+            sc = _mm_and_si128(raw, _mm_set1_epi8(0x0f));
+            mins = _mm_and_si128(_mm_srli_epi16(raw, 4), _mm_set1_epi8(0x0f));
+            for (int h = 0; h < 2; ++h) {
+                const __m256i qs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 32 * h));
+                for (int j = 0; j < 4; ++j) c[4 * h + j] = _mm256_and_si256(_mm256_srl_epi16(qs, _mm_cvtsi32_si128(2 * j)), low2);
+            }
+        } else if constexpr (kQ3) {
+            sc = q3_k_scales(b.scales);
+            // Weights 32j + l of half h: bits 2j of qs[32h + l], bit 4h + j of hmask[l].
+            const __m256i hm = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.hmask));
+            const __m256i one = _mm256_set1_epi8(1);
+            for (int h = 0; h < 2; ++h) {
+                const __m256i qs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 32 * h));
+                for (int j = 0; j < 4; ++j) {
+                    const __m256i lo = _mm256_and_si256(_mm256_srl_epi16(qs, _mm_cvtsi32_si128(2 * j)), low2);
+                    const __m256i hi = _mm256_and_si256(_mm256_srl_epi16(hm, _mm_cvtsi32_si128(4 * h + j)), one);
+                    c[4 * h + j] = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 2));
+                }
+            }
+        } else {
+            sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales));
+            for (int h = 0; h < 2; ++h) {
+                const __m256i ql0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.ql + 64 * h));
+                const __m256i ql1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.ql + 64 * h + 32));
+                const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh + 32 * h));
+                auto high = [&](int shift) {
+                    return _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(shift)), low2), 4);
+                };
+                c[4 * h] = _mm256_or_si256(_mm256_and_si256(ql0, low4), high(0));
+                c[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(ql1, low4), high(2));
+                c[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4), high(4));
+                c[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4), high(6));
+            }
         }
         for (int j = 0; j < 8; ++j) {
             const __m128i pat = _mm_add_epi8(pat0, _mm_set1_epi8(static_cast<char>(2 * j)));
             s[j] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_shuffle_epi8(sc, pat))));
+            if constexpr (kQ2) {
+                s2[j] = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b.dmin)),
+                                      _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_shuffle_epi8(mins, pat))));
+            }
         }
         for (int r = 0; r < NR; ++r) {
             const int8_t* a = x.q8_block(8 * sb, t0 + r);
@@ -471,9 +521,17 @@ inline __attribute__((always_inline)) void q6_k_row(const BlockQ6_K* blocks, int
             __m256 f = acc[r];
             for (int j = 0; j < 8; ++j) {
                 const __m256i av = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + j * st));
-                const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(c[j], av), _mm256_maddubs_epi16(k32, av));
-                const __m256i i = _mm256_madd_epi16(p, _mm256_set1_epi16(1));
-                f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i), _mm256_mul_ps(s[j], _mm256_set1_ps(m[j * rows].d)), f);
+                const __m256 dx = _mm256_set1_ps(m[j * rows].d);
+                if constexpr (kQ2) {
+                    const __m256i iq = _mm256_madd_epi16(_mm256_maddubs_epi16(c[j], av), _mm256_set1_epi16(1));
+                    const __m256i ia = _mm256_madd_epi16(_mm256_maddubs_epi16(k32, av), _mm256_set1_epi16(1));
+                    f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(iq), _mm256_mul_ps(s[j], dx), f);
+                    f = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(ia), _mm256_mul_ps(s2[j], dx), f);
+                } else {
+                    const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(c[j], av), _mm256_maddubs_epi16(k32, av));
+                    const __m256i i = _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+                    f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i), _mm256_mul_ps(s[j], dx), f);
+                }
             }
             acc[r] = f;
         }
@@ -485,8 +543,8 @@ template <class Block, int NR>
 void kq_rows_n(int nr, const Block* blocks, int64_t nsb, const PreparedInput& x, int t0, float* y, int64_t ldy) {
     if constexpr (NR > 0) {
         if (nr == NR) {
-            if constexpr (std::is_same_v<Block, BlockQ6_K>) q6_k_row<NR>(blocks, nsb, x, t0, y, ldy);
-            else q4_k_row<Block, NR>(blocks, nsb, x, t0, y, ldy);
+            if constexpr (std::is_same_v<Block, BlockQ4_K> || std::is_same_v<Block, BlockQ5_K>) q4_k_row<Block, NR>(blocks, nsb, x, t0, y, ldy);
+            else q6_k_row<Block, NR>(blocks, nsb, x, t0, y, ldy);
             return;
         }
         kq_rows_n<Block, NR - 1>(nr, blocks, nsb, x, t0, y, ldy);
@@ -649,6 +707,8 @@ void matmul_avx2(TensorType type, const void* W, const PreparedInput& x, float* 
         case TensorType::Q4_K: kq_matmul<BlockQ4_K>(w, rb, x, y, ldy, n0, n1); return;
         case TensorType::Q5_K: kq_matmul<BlockQ5_K>(w, rb, x, y, ldy, n0, n1); return;
         case TensorType::Q6_K: kq_matmul<BlockQ6_K>(w, rb, x, y, ldy, n0, n1); return;
+        case TensorType::Q3_K: kq_matmul<BlockQ3_K>(w, rb, x, y, ldy, n0, n1); return;
+        case TensorType::Q2_K: kq_matmul<BlockQ2_K>(w, rb, x, y, ldy, n0, n1); return;
         case TensorType::Q5_0: q32_matmul<TensorType::Q5_0>(w, rb, x, y, ldy, n0, n1); return;
         case TensorType::Q5_1: q32_matmul<TensorType::Q5_1>(w, rb, x, y, ldy, n0, n1); return;
         case TensorType::IQ4_NL: q32_matmul<TensorType::IQ4_NL>(w, rb, x, y, ldy, n0, n1); return;

@@ -751,12 +751,32 @@ SPECD_INLINE void q4_k_row(const Block* blocks, int64_t nsb, const PreparedInput
     for (int r = 0; r < NR; ++r) y[(t0 + r) * ldy] = _mm512_reduce_add_ps(acc[r]) - hsum8_512(accm[r]);
 }
 
-// Q6_K for weight row n and activation rows t0 .. t0+NR.
-template <int NR>
-SPECD_INLINE void q6_k_row(const BlockQ6_K* blocks, int64_t nsb, const PreparedInput& x, int t0, float* y, int64_t ldy) {
+// Q3_K's sixteen 6-bit scales minus 32, as int8.
+SPECD_INLINE __m128i q3_k_scales(const uint8_t* s) {
+    uint32_t w0, w1, w2;
+    std::memcpy(&w0, s, 4);
+    std::memcpy(&w1, s + 4, 4);
+    std::memcpy(&w2, s + 8, 4);
+    const uint32_t m4 = 0x0f0f0f0fu, m2 = 0x03030303u;
+    const __m128i u = _mm_setr_epi32(static_cast<int>((w0 & m4) | ((w2 & m2) << 4)),
+                                     static_cast<int>((w1 & m4) | (((w2 >> 2) & m2) << 4)),
+                                     static_cast<int>(((w0 >> 4) & m4) | (((w2 >> 4) & m2) << 4)),
+                                     static_cast<int>(((w1 >> 4) & m4) | (((w2 >> 6) & m2) << 4)));
+    return _mm_sub_epi8(u, _mm_set1_epi8(32));
+}
+
+// Q6_K or Q3_K (Block) for weight row n and activation rows t0 .. t0+NR:
+// unsigned codes (Q6_K: q, 0..63; Q3_K: q + 4 * high bit, 0..7) offset by
+// 32 or 4, sixteen groups of 16 with int8 scales.
+// Q2_K joins them with codes q (0..3), no offset, and a second scale per
+// group for its min: x = d*(sc & 15) * q - dmin*(sc >> 4).
+template <class Block, int NR>
+SPECD_INLINE void q6_k_row(const Block* blocks, int64_t nsb, const PreparedInput& x, int t0, float* y, int64_t ldy) {
+    constexpr bool kQ3 = std::is_same_v<Block, BlockQ3_K>, kQ2 = std::is_same_v<Block, BlockQ2_K>;
     const int rows = x.rows();
     const int64_t st = static_cast<int64_t>(rows) * 32;
-    const __m512i low4 = _mm512_set1_epi8(0x0f), low2 = _mm512_set1_epi8(0x03), k32 = _mm512_set1_epi8(32);
+    const __m512i low4 = _mm512_set1_epi8(0x0f), low2 = _mm512_set1_epi8(0x03);
+    const __m512i k32 = _mm512_set1_epi8(kQ2 ? 1 : kQ3 ? 4 : 32);  // the offset (Q2_K: ones, for the group sums)
     // qh shifts per 16-bit lane: elements l (bytes 0..31) and l+32 (32..63).
     const __m512i sh01 = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
     const __m512i sh23 = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(6), 1);
@@ -766,25 +786,68 @@ SPECD_INLINE void q6_k_row(const BlockQ6_K* blocks, int64_t nsb, const PreparedI
     SPECD_UNROLL
     for (int r = 0; r < NR; ++r) acc[r] = _mm512_setzero_ps();
     for (int64_t sb = 0; sb < nsb; ++sb) {
-        const BlockQ6_K& b = blocks[sb];
-        prefetch_ahead<sizeof(BlockQ6_K)>(&b);
-        const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales));
+        const Block& b = blocks[sb];
+        prefetch_ahead<sizeof(Block)>(&b);
         const __m512 d = _mm512_set1_ps(_cvtsh_ss(b.d));
         __m512i v[4];  // 64 codes each: elements 64k .. 64k+63 of the super-block
         __m512 s[4];   // d * scale of each lane's group
-        SPECD_UNROLL
-        for (int h = 0; h < 2; ++h) {
-            const __m512i ql = _mm512_loadu_si512(b.ql + 64 * h);
-            const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh + 32 * h)));
-            const __m512i h01 = _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, sh01), low2), 4);
-            const __m512i h23 = _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, sh23), low2), 4);
-            v[2 * h] = _mm512_or_si512(_mm512_and_si512(ql, low4), h01);
-            v[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), low4), h23);
+        __m512 s2[4];  // Q2_K: dmin * min of each lane's group
+        __m128i sc;    // the 16 int8 scales
+        __m128i mins;  // Q2_K: the 16 mins
+        if constexpr (kQ2) {
+            const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales));
+            sc = _mm_and_si128(raw, _mm_set1_epi8(0x0f));
+            mins = _mm_and_si128(_mm_srli_epi16(raw, 4), _mm_set1_epi8(0x0f));
+            // Elements 32j + l of half h: bits 2j of qs[32h + l].
+            SPECD_UNROLL
+            for (int h = 0; h < 2; ++h) {
+                const __m512i qs = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 32 * h)));
+                SPECD_UNROLL
+                for (int p = 0; p < 2; ++p) {
+                    const __m512i sq = _mm512_inserti64x4(_mm512_set1_epi16(static_cast<short>(4 * p)),
+                                                          _mm256_set1_epi16(static_cast<short>(4 * p + 2)), 1);
+                    v[2 * h + p] = _mm512_and_si512(_mm512_srlv_epi16(qs, sq), low2);
+                }
+            }
+        } else if constexpr (kQ3) {
+            sc = q3_k_scales(b.scales);
+            // Elements 32j + l of half h: bits 2j of qs[32h + l], bit 4h + j of hmask[l].
+            const __m512i hm = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.hmask)));
+            const __m512i one = _mm512_set1_epi8(1);
+            SPECD_UNROLL
+            for (int h = 0; h < 2; ++h) {
+                const __m512i qs = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 32 * h)));
+                SPECD_UNROLL
+                for (int p = 0; p < 2; ++p) {  // j = 2p (lanes 0..31), 2p + 1 (lanes 32..63)
+                    const __m512i sq = _mm512_inserti64x4(_mm512_set1_epi16(static_cast<short>(4 * p)),
+                                                          _mm256_set1_epi16(static_cast<short>(4 * p + 2)), 1);
+                    const __m512i sh = _mm512_inserti64x4(_mm512_set1_epi16(static_cast<short>(4 * h + 2 * p)),
+                                                          _mm256_set1_epi16(static_cast<short>(4 * h + 2 * p + 1)), 1);
+                    const __m512i lo = _mm512_and_si512(_mm512_srlv_epi16(qs, sq), low2);
+                    const __m512i hi = _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(hm, sh), one), 2);
+                    v[2 * h + p] = _mm512_or_si512(lo, hi);
+                }
+            }
+        } else {
+            sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales));
+            SPECD_UNROLL
+            for (int h = 0; h < 2; ++h) {
+                const __m512i ql = _mm512_loadu_si512(b.ql + 64 * h);
+                const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh + 32 * h)));
+                const __m512i h01 = _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, sh01), low2), 4);
+                const __m512i h23 = _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, sh23), low2), 4);
+                v[2 * h] = _mm512_or_si512(_mm512_and_si512(ql, low4), h01);
+                v[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), low4), h23);
+            }
         }
         SPECD_UNROLL
         for (int k = 0; k < 4; ++k) {
             const __m128i pat = _mm_add_epi8(pat0, _mm_set1_epi8(static_cast<char>(4 * k)));
             s[k] = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_shuffle_epi8(sc, pat))));
+            if constexpr (kQ2) {
+                s2[k] = _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(b.dmin)),
+                                      _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_shuffle_epi8(mins, pat))));
+            }
         }
         SPECD_UNROLL
         for (int r = 0; r < NR; ++r) {
@@ -794,10 +857,15 @@ SPECD_INLINE void q6_k_row(const BlockQ6_K* blocks, int64_t nsb, const PreparedI
             SPECD_UNROLL
             for (int k = 0; k < 4; ++k) {
                 const __m512i ab = two_blocks(a + 2 * k * st, a + (2 * k + 1) * st);
-                const __m512i i = _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), v[k], ab),
-                                                   _mm512_dpbusd_epi32(_mm512_setzero_si512(), k32, ab));
+                const __m512i iq = _mm512_dpbusd_epi32(_mm512_setzero_si512(), v[k], ab);
+                const __m512i ioff = _mm512_dpbusd_epi32(_mm512_setzero_si512(), k32, ab);
                 const __m512 dx = _mm512_insertf32x8(_mm512_set1_ps(m[2 * k * rows].d), _mm256_set1_ps(m[(2 * k + 1) * rows].d), 1);
-                f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), _mm512_mul_ps(s[k], dx), f);
+                if constexpr (kQ2) {
+                    f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(iq), _mm512_mul_ps(s[k], dx), f);
+                    f = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(ioff), _mm512_mul_ps(s2[k], dx), f);
+                } else {
+                    f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(iq, ioff)), _mm512_mul_ps(s[k], dx), f);
+                }
             }
             acc[r] = f;
         }
@@ -810,8 +878,8 @@ template <class Block, int NR>
 SPECD_INLINE void kq_rows_n(int nr, const Block* blocks, int64_t nsb, const PreparedInput& x, int t0, float* y, int64_t ldy) {
     if constexpr (NR > 0) {
         if (nr == NR) {
-            if constexpr (std::is_same_v<Block, BlockQ6_K>) q6_k_row<NR>(blocks, nsb, x, t0, y, ldy);
-            else q4_k_row<Block, NR>(blocks, nsb, x, t0, y, ldy);
+            if constexpr (std::is_same_v<Block, BlockQ4_K> || std::is_same_v<Block, BlockQ5_K>) q4_k_row<Block, NR>(blocks, nsb, x, t0, y, ldy);
+            else q6_k_row<Block, NR>(blocks, nsb, x, t0, y, ldy);
             return;
         }
         kq_rows_n<Block, NR - 1>(nr, blocks, nsb, x, t0, y, ldy);
@@ -984,6 +1052,8 @@ void matmul_avx512(TensorType type, const void* W, const PreparedInput& x, float
         case TensorType::Q4_K: kq_matmul<BlockQ4_K>(w, rb, x, y, ldy, n0, n1); return;
         case TensorType::Q5_K: kq_matmul<BlockQ5_K>(w, rb, x, y, ldy, n0, n1); return;
         case TensorType::Q6_K: kq_matmul<BlockQ6_K>(w, rb, x, y, ldy, n0, n1); return;
+        case TensorType::Q3_K: kq_matmul<BlockQ3_K>(w, rb, x, y, ldy, n0, n1); return;
+        case TensorType::Q2_K: kq_matmul<BlockQ2_K>(w, rb, x, y, ldy, n0, n1); return;
         case TensorType::Q5_0: q32_matmul<TensorType::Q5_0>(w, rb, x, y, ldy, n0, n1); return;
         case TensorType::Q5_1: q32_matmul<TensorType::Q5_1>(w, rb, x, y, ldy, n0, n1); return;
         case TensorType::IQ4_NL: q32_matmul<TensorType::IQ4_NL>(w, rb, x, y, ldy, n0, n1); return;

@@ -6,7 +6,7 @@
 //                                    are interleaved: (kp/16, rows, 16)
 //                   panel(p)         (k, 16) f32, element [kk][l] = x[16p + l][kk], 0 past rows;
 //                                    only when has_panels() (rows >= kPanelMinRows)
-//   all quantised types but q2_K/q3_K: q8_block(b, r)   (32) int8, block b of x row r: (n_blocks, rows, 32)
+//   quantised types:  q8_block(b, r)   (32) int8, block b of x row r: (n_blocks, rows, 32)
 //                   q8_meta(b, r)    {corr, d}: (n_blocks, rows) of 8 bytes
 //                                    d: x[r][32b + j] ~= d * q8_block(b, r)[j]
 //                                    corr: -128 * sum_j q (q8_0 weights) or -8 * sum_j q (q4_0
@@ -57,7 +57,7 @@ void quantize_act_avx512(const float* x, int64_t k, const QuantDst& dst);
 void pack_panel_avx2(const float* x, int64_t ldx, int64_t k, float* panel);
 void pack_panel_avx512(const float* x, int64_t ldx, int64_t k, float* panel);
 
-// Q4_K, Q5_K and Q6_K weights against the q8 layout (corr = sum of the codes); the
+// The K-quants (Q2_K..Q6_K) against the q8 layout (corr = sum of the codes); the
 // SIMD builds are matmul_avx2/avx512's own cases.
 void matmul_kq_scalar(TensorType type, const void* W, const PreparedInput& x, float* y, int64_t ldy, int64_t n_begin,
                       int64_t n_end);
@@ -66,7 +66,9 @@ void matmul_kq_scalar(TensorType type, const void* W, const PreparedInput& x, fl
 void matmul_q32_scalar(TensorType type, const void* W, const PreparedInput& x, float* y, int64_t ldy, int64_t n_begin,
                        int64_t n_end);
 
-// The types without integer kernels (q2_K, q3_K):
+// Decoding blocks to f32 and dotting them with the f32 layout: no type uses
+// it any more (all have integer kernels); kept as the simplest kernel for a
+// new type and as the bench's baseline:
 // each weight block (at most kDequantMaxBlock elements) is decoded once per
 // group of up to kDequantRowGroup activation rows and dotted with their f32
 // layout. The scalar build is the reference the others are tested against.

@@ -281,6 +281,28 @@ std::string LlamaModel::graph_beyond_llama2() const {
     return out;
 }
 
+TensorType LlamaModel::weight_type() const {
+    std::vector<std::pair<TensorType, size_t>> bytes;  // per type, in order of first use
+    auto add = [&](const WeightMatrix& w) {
+        const size_t n = static_cast<size_t>(w.rows) * w.row_bytes();
+        for (auto& [type, total] : bytes) {
+            if (type == w.type) {
+                total += n;
+                return;
+            }
+        }
+        bytes.emplace_back(w.type, n);
+    };
+    for (const LlamaLayer& L : layers_) {
+        for (const WeightMatrix* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) add(*w);
+    }
+    std::pair<TensorType, size_t> best = bytes.at(0);
+    for (const auto& b : bytes) {
+        if (b.second > best.second) best = b;
+    }
+    return best.first;
+}
+
 size_t LlamaModel::weight_bytes() const {
     auto bytes = [](const WeightMatrix& w) { return static_cast<size_t>(w.rows) * w.row_bytes(); };
     size_t total = bytes(output_);

@@ -112,7 +112,9 @@ public:
     // scaling, factors, attention factor) are not counted. A backend that
     // runs only Llama 2's graph refuses a model with any.
     std::string graph_beyond_llama2() const;
-    TensorType weight_type() const { return layers_.at(0).wq.type; }
+    // The type holding most of the layers' weight bytes (a label: files from
+    // llama.cpp's quantizer mix types per tensor, e.g. Q4_K_M's q4_K + q6_K).
+    TensorType weight_type() const;
     size_t weight_bytes() const;         // bytes of all weights a token reads
     bool classifier_tied() const { return classifier_tied_; }
 

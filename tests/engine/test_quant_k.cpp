@@ -237,11 +237,11 @@ TEST_CASE("matmul, K-quant and fallback weights: every ISA matches double sums o
                 std::vector<float> x(static_cast<size_t>(rows * ldx), NAN);  // the gap would poison a wrong read
                 for (int t = 0; t < rows; ++t)
                     for (int64_t i = 0; i < K; ++i) x[static_cast<size_t>(t * ldx + i)] = normal(rng);
-                // The activations as the kernels see them: f32 (q2_K, q3_K), or
+                // The activations as the kernels see them:
                 // q8 codes times their block scales, the same bits on every ISA.
                 PreparedInput in0;
                 in0.set_shape(kt.type, rows, K);
-                CHECK(in0.quantized() == (kt.type != TensorType::Q2_K && kt.type != TensorType::Q3_K));
+                CHECK(in0.quantized());
                 in0.prepare_rows(Isa::Scalar, x.data(), ldx, 0, rows);
                 std::vector<double> xe(static_cast<size_t>(rows * K));  // (rows, K)
                 for (int t = 0; t < rows; ++t) {
@@ -297,22 +297,22 @@ TEST_CASE("matmul, K-quant and fallback weights: every ISA matches double sums o
     }
 }
 
-TEST_CASE("RoleInput: one f32 layout feeds the decoded types, one q8 layout the integer-kernel types, q8_0 its own; an "
-          "unknown type is refused",
+TEST_CASE("RoleInput: one q8 layout feeds every K-quant and fallback type, q8_0 and f16 get their own; an unknown "
+          "type is refused",
           "[quant_k][kernels]") {
     RoleInput role;
-    const TensorType types[] = {TensorType::Q5_0, TensorType::Q8_0, TensorType::Q4_K, TensorType::Q6_K, TensorType::Q3_K};
+    const TensorType types[] = {TensorType::Q5_0, TensorType::Q8_0, TensorType::Q4_K, TensorType::Q6_K, TensorType::F16};
     role.init(types, 4, 256);
     CHECK(role.n_layouts() == 3);
     for (TensorType t : {TensorType::Q6_K, TensorType::Q5_K, TensorType::Q5_0, TensorType::Q5_1, TensorType::IQ4_NL,
-                         TensorType::IQ4_XS}) {
+                         TensorType::IQ4_XS, TensorType::Q3_K, TensorType::Q2_K}) {
         CHECK(&role.for_type(TensorType::Q4_K) == &role.for_type(t));
     }
     CHECK(&role.for_type(TensorType::Q8_0) != &role.for_type(TensorType::Q5_0));
-    CHECK(&role.for_type(TensorType::Q3_K) != &role.for_type(TensorType::Q5_0));
+    CHECK(&role.for_type(TensorType::F16) != &role.for_type(TensorType::Q5_0));
     CHECK(role.for_type(TensorType::Q8_0).quantized());
     CHECK(role.for_type(TensorType::Q6_K).quantized());
-    CHECK_FALSE(role.for_type(TensorType::Q3_K).quantized());
+    CHECK_FALSE(role.for_type(TensorType::F16).quantized());
     CHECK_THROWS_WITH(role.for_type(TensorType::Q4_0), Catch::Contains("q4_0"));
     PreparedInput q8;
     q8.set_shape(TensorType::Q8_0, 1, 256);
@@ -429,12 +429,14 @@ TEST_CASE("a model mixing every read-only type per layer and role: the fast forw
                 max_diff = std::max(max_diff, std::fabs(logits[t * V + i] - want[t][i]));
             }
             INFO("isa " << isa << " position " << t << ": max |diff| " << max_diff << " of max |logit| " << max_ref);
-            // All but the q2_K and q3_K weights quantise the activations (as
-            // ggml does). Across ISAs the logits are not closer than that: a
-            // last-bit difference in a sum can move an activation across a
-            // q8 rounding boundary, a step of amax/127 in that element.
+            // Every matmul here quantises its activations to q8 (as ggml
+            // does; the reference keeps them f32), Q2_K's mins amplifying the
+            // rounding of the activation sums: within 5% of the largest
+            // logit, as stories15M q4_0's 6% (test_forward). Across ISAs
+            // the logits are not closer than that: a last-bit difference
+            // in a sum can move an activation across a q8 rounding boundary.
             CHECK(max_ref > 0.1f);
-            CHECK(max_diff <= 0.03f * max_ref);
+            CHECK(max_diff <= 0.05f * max_ref);
         }
     }
     std::remove(path.c_str());
@@ -501,7 +503,7 @@ TEST_CASE("bench: Q4_K, Q5_K and Q6_K matmul, integer kernels on q8 activations 
                 PreparedInput q8, f32;
                 q8.set_shape(type, rows, K);
                 q8.prepare_rows(isa, x.data(), K, 0, rows);
-                f32.set_shape(TensorType::Q3_K, rows, K);  // the f32 layout the decoding kernels read
+                f32.set_shape(TensorType::F16, rows, K);  // the f32 layout the decoding kernels read
                 f32.prepare_rows(isa, x.data(), K, 0, rows);
                 auto time = [&](auto&& fn) {
                     double best = 1e30;
