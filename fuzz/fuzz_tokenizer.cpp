@@ -25,6 +25,7 @@
 
 #include "engine/error.h"
 #include "engine/tokenizer.h"
+#include "fuzz/utf8_oracle.h"
 
 #if __has_include("engine/gguf.h")
 #include "engine/gguf.h"
@@ -42,36 +43,6 @@ using specd::TokenType;
     std::abort();
 }
 
-bool valid_utf8(std::string_view s) {
-    for (size_t i = 0; i < s.size();) {
-        const auto b = static_cast<unsigned char>(s[i]);
-        size_t len = 0;
-        unsigned char lo = 0x80, hi = 0xBF;
-        if (b <= 0x7F) {
-            ++i;
-            continue;
-        } else if (b >= 0xC2 && b <= 0xDF) {
-            len = 2;
-        } else if (b >= 0xE0 && b <= 0xEF) {
-            len = 3;
-            if (b == 0xE0) lo = 0xA0;
-            if (b == 0xED) hi = 0x9F;
-        } else if (b >= 0xF0 && b <= 0xF4) {
-            len = 4;
-            if (b == 0xF0) lo = 0x90;
-            if (b == 0xF4) hi = 0x8F;
-        } else {
-            return false;
-        }
-        if (i + len > s.size()) return false;
-        for (size_t k = 1; k < len; ++k) {
-            const auto c = static_cast<unsigned char>(s[i + k]);
-            if (c < (k == 1 ? lo : 0x80) || c > (k == 1 ? hi : 0xBF)) return false;
-        }
-        i += len;
-    }
-    return true;
-}
 
 specd::VocabData small_vocab() {
     specd::VocabData v;
@@ -143,7 +114,7 @@ bool contains_special_text(std::string_view text, bool user_defined_only) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const Tokenizer& tok = tokenizer();
     const std::string_view text(reinterpret_cast<const char*>(data), size);
-    const bool utf8 = valid_utf8(text);
+    const bool utf8 = specd::fuzz::is_utf8(text);
     const bool has_mark = text.find("\xE2\x96\x81") != std::string_view::npos;
     const bool has_user_defined = contains_special_text(text, true);
     const bool has_special = has_user_defined || contains_special_text(text, false);
@@ -161,7 +132,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                 if (id < 0 || id >= tok.n_vocab()) fail("encode produced an id out of range");
             }
             const std::string decoded = tok.decode(ids);
-            if (!valid_utf8(decoded)) fail("decode produced invalid UTF-8");
+            if (!specd::fuzz::is_utf8(decoded)) fail("decode produced invalid UTF-8");
             if (!parse_special && utf8 && !has_mark && !has_user_defined && decoded != text) {
                 fail("decode(encode(x)) != x");
             }
@@ -180,7 +151,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         std::string streamed;
         for (const int32_t id : ids) {
             const std::string piece = stream.push(id);
-            if (!valid_utf8(piece)) fail("StreamDecoder::push returned invalid UTF-8");
+            if (!specd::fuzz::is_utf8(piece)) fail("StreamDecoder::push returned invalid UTF-8");
             streamed += piece;
         }
         streamed += stream.flush();

@@ -25,6 +25,7 @@
 #include "engine/pretokenizer.h"
 #include "engine/tokenizer.h"
 #include "engine/tokenizer_bpe.h"
+#include "fuzz/utf8_oracle.h"
 
 namespace {
 
@@ -84,10 +85,6 @@ const Setup& setup(size_t which) {
     return s;
 }
 
-bool valid_utf8(std::string_view s) {
-    std::string ignored;
-    return !specd::sanitize_utf8(s, ignored);
-}
 
 }  // namespace
 
@@ -112,7 +109,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                 if (id < 0 || id >= tok.n_vocab()) fail("encode produced an id out of range");
             }
             const std::string decoded = tok.decode(ids);
-            if (!valid_utf8(decoded)) fail("decode produced invalid UTF-8");
+            if (!specd::fuzz::is_utf8(decoded)) fail("decode produced invalid UTF-8");
             if (!parse_special && !has_user_defined && decoded != sanitized) fail("decode(encode(x)) != sanitized x");
         }
     }
