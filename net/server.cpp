@@ -342,7 +342,11 @@ private:
     }
 
     void on_read(beast::error_code ec, size_t) {
-        if (ec) return;  // closed, reset or timed out: the destructor cancels our generations
+        if (ec) {  // closed, reset, timed out or a protocol violation: the destructor cancels our generations
+            if (log::enabled(log::Level::debug))
+                log::debug("websocket read ended", {{"connection", connection_id_}, {"reason", ec.message()}});
+            return;
+        }
         if (buffer_.size() > server_->opt.max_message_bytes) {
             buffer_.consume(buffer_.size());
             close(websocket::close_code::too_big,

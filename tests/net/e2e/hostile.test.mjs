@@ -273,6 +273,14 @@ function judgeWs(answer, frameBytes) {
     if (answer.close) {
         const { code, reason } = answer.close;
         if (code === 1007 && !isUtf8(frameBytes)) return "close 1007";
+        // A frame whose invalid UTF-8 comes early in a large payload: the
+        // server sends 1007 and tears the connection down cleanly (its debug
+        // log says "The WebSocket frame payload was not valid utf8" every
+        // time), while this client is still writing the rest of the frame;
+        // on a loaded machine the client sometimes loses the close frame in
+        // that teardown and reports 1006. Seen in 2 of 7 runs with two
+        // compilers busy, never on an idle machine.
+        if (code === 1006 && !isUtf8(frameBytes) && frameBytes.length > 256 * 1024) return "close 1007 (seen as 1006)";
         if (code === 1009 && frameBytes.length > MAX_BODY) return "close 1009";
         throw new Error(`the connection closed with ${code} ${JSON.stringify(reason)}`);
     }
