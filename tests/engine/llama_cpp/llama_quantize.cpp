@@ -55,7 +55,10 @@ int32_t ftype_for(const std::string& type) {
 
 std::string ftype_names() {
     std::string out;
-    for (const Ftype& f : kFtypes) out += (out.empty() ? "" : "|") + std::string(f.name);
+    for (const Ftype& f : kFtypes) {
+        if (!out.empty()) out += '|';  // appended piece by piece: "x" + string trips GCC 12's -Wrestrict false positive
+        out += f.name;
+    }
     return out;
 }
 
