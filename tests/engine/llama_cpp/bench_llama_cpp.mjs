@@ -3,16 +3,23 @@
 // defines them, and greedy speculative decoding with a draft model.
 // A benchmark, never a test: run it through tools/bench-llama-cpp.sh.
 //
-//   node bench_llama_cpp.mjs SPECD_BINARY MODELS_DIR THREADS REPETITIONS
+//   node bench_llama_cpp.mjs SPECD_BINARY MODELS_DIR THREADS REPETITIONS [FILE.gguf ...]
+//
+// With no FILE: stories15M f32/q8_0/q4_0 from MODELS_DIR, and speculation.
+// With FILEs: pp128 and tg128 of each file, and the bytes per second that
+// tg128 reads (the file's size times tokens/s: a decode step reads every
+// weight once), so that files of different shapes compare.
 //
 // llama.cpp's figures go through node-llama-cpp's JavaScript layer, which
 // adds a little per generated token (an async iterator step); its
 // speculative figure uses node-llama-cpp's DraftSequenceTokenPredictor (a
 // draft sequence on a second context), not llama.cpp's llama-speculative.
 import {execFileSync} from "node:child_process";
+import {statSync} from "node:fs";
+import {basename} from "node:path";
 import {getLlama, LlamaLogLevel, DraftSequenceTokenPredictor} from "node-llama-cpp";
 
-const [specd, models, threadsArg = "2", repsArg = "5"] = process.argv.slice(2);
+const [specd, models, threadsArg = "2", repsArg = "5", ...files] = process.argv.slice(2);
 const threads = Number(threadsArg), reps = Number(repsArg);
 if (!specd || !models || !(threads >= 1) || !(reps >= 1)) {
     console.error("usage: bench_llama_cpp.mjs SPECD_BINARY MODELS_DIR THREADS REPETITIONS");
@@ -23,8 +30,8 @@ const now = () => Number(process.hrtime.bigint()) / 1e6;
 
 const llama = await getLlama({gpu: false, build: "never", logLevel: LlamaLogLevel.error});
 
-async function llamaCppFigures(type) {
-    const model = await llama.loadModel({modelPath: `${models}/stories15M-${type}.gguf`});
+async function llamaCppFigures(path) {
+    const model = await llama.loadModel({modelPath: path});
     const context = await model.createContext({contextSize: 256, threads, batchSize: 512});
     // pp128: 128 prompt tokens in one batch, from an empty cache.
     const prompt = [model.tokens.bos, ...Array.from({length: 127}, (_, i) => 1000 + i)];
@@ -78,8 +85,8 @@ async function llamaCppSpeculative(targetType, draftType, prompt, n) {
     return {plain: median(plain), spec: median(spec)};
 }
 
-function specdFigures(type) {
-    const out = execFileSync(specd, ["bench", "-m", `${models}/stories15M-${type}.gguf`, "-t", String(threads), "-r", String(reps), "--json"],
+function specdFigures(path) {
+    const out = execFileSync(specd, ["bench", "-m", path, "-t", String(threads), "-r", String(reps), "--json"],
                              {encoding: "utf8", stdio: ["ignore", "pipe", "pipe"]});
     const rows = JSON.parse(out);
     return {pp: rows.find((r) => r.test === "pp128").median, tg: rows.find((r) => r.test === "tg128").median};
@@ -99,10 +106,24 @@ function specdSpeculative(prompt, n) {
 }
 
 console.log(`llama.cpp (node-llama-cpp) vs specd, ${threads} threads, median of ${reps} runs after a warm-up, same GGUF files, one run\n`);
+if (files.length) {
+    console.log("| model | GiB | test | llama.cpp t/s | specd t/s | specd / llama.cpp | llama.cpp GB/s | specd GB/s |");
+    console.log("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |");
+    for (const path of files) {
+        const bytes = statSync(path).size;
+        const a = await llamaCppFigures(path), b = specdFigures(path);
+        for (const test of ["pp", "tg"]) {
+            const gbs = (tps) => test === "tg" ? (bytes * tps / 1e9).toFixed(1) : "";
+            console.log(`| ${basename(path, ".gguf")} | ${(bytes / 2 ** 30).toFixed(2)} | ${test}128 | ${a[test].toFixed(1)} | ${b[test].toFixed(1)} | ` +
+                        `${(b[test] / a[test]).toFixed(2)}x | ${gbs(a[test])} | ${gbs(b[test])} |`);
+        }
+    }
+    process.exit(0);
+}
 console.log("| model | test | llama.cpp t/s | specd t/s | specd / llama.cpp |");
 console.log("| --- | --- | ---: | ---: | ---: |");
 for (const type of ["f32", "q8_0", "q4_0"]) {
-    const a = await llamaCppFigures(type), b = specdFigures(type);
+    const a = await llamaCppFigures(`${models}/stories15M-${type}.gguf`), b = specdFigures(`${models}/stories15M-${type}.gguf`);
     for (const test of ["pp", "tg"])
         console.log(`| stories15M ${type} | ${test}128 | ${a[test].toFixed(0)} | ${b[test].toFixed(0)} | ${(b[test] / a[test]).toFixed(2)}x |`);
 }

@@ -10,7 +10,11 @@
 //       values cached in the given type (llama.cpp's cache is told the same), and prints
 //       JSON {"logits": [[n_vocab floats] per id], "greedy": [N_GEN ids]}:
 //       the logits after each prompt position, then a greedy continuation
-//       (EOS does not stop it).
+//       (EOS does not stop it);
+//   family_models write-shape OUT.gguf VOCAB.gguf PRESET DIM LAYERS FFN HEADS KV_HEADS f32|f16
+//       writes one model of a preset's family traits (or llama2: Llama 2's graph) at a real model's shape
+//       (e.g. llama3 2048 16 8192 32 8 for Llama-3.2-1B): the benchmark files
+//       of tools/bench-families.sh.
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -37,6 +41,29 @@ int write_models(const std::string& dir, const std::string& vocab_path) {
             std::printf("%s\n", name.c_str());
         }
     }
+    return 0;
+}
+
+int write_shape(char** argv) {
+    // "llama2": the plain Llama 2 graph (the spec's defaults), the reference path.
+    test::FamilyModelSpec spec = std::string(argv[4]) == "llama2" ? test::FamilyModelSpec{} : test::family_preset(argv[4]);
+    auto positive = [](const char* text, const char* what) {
+        const long v = std::atol(text);
+        if (v <= 0) throw Error(std::string(what) + " must be a positive integer, not '" + text + "'");
+        return static_cast<int64_t>(v);
+    };
+    spec.name = std::string(argv[4]) + "-shape";
+    spec.dim = positive(argv[5], "DIM");
+    spec.layers = positive(argv[6], "LAYERS");
+    spec.ffn = positive(argv[7], "FFN");
+    spec.heads = positive(argv[8], "HEADS");
+    spec.kv_heads = positive(argv[9], "KV_HEADS");
+    spec.head_dim = 0;  // dim / heads, as the real shapes have
+    spec.ctx = 4096;
+    const std::string type = argv[10];
+    if (type != "f32" && type != "f16") throw Error("the type must be f32 or f16, not " + type);
+    spec.matrix_type = type == "f16" ? TensorType::F16 : TensorType::F32;
+    test::write_family_model(argv[2], spec, gguf::File::open(argv[3]));
     return 0;
 }
 
@@ -87,6 +114,7 @@ int main(int argc, char** argv) {
     try {
         const std::string command = argc > 1 ? argv[1] : "";
         if (command == "write" && argc == 4) return write_models(argv[2], argv[3]);
+        if (command == "write-shape" && argc == 11) return write_shape(argv);
         if (command == "run" && argc >= 6) {
             std::vector<int32_t> ids;
             for (int i = 5; i < argc; ++i) ids.push_back(std::atoi(argv[i]));
@@ -96,6 +124,7 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "family_models: %s\n", e.what());
         return 1;
     }
-    std::fprintf(stderr, "usage: family_models write DIR VOCAB.gguf | run MODEL.gguf N_GEN f32|f16 ID...\n");
+    std::fprintf(stderr, "usage: family_models write DIR VOCAB.gguf | run MODEL.gguf N_GEN f32|f16 ID... |\n"
+                 "       write-shape OUT.gguf VOCAB.gguf PRESET DIM LAYERS FFN HEADS KV_HEADS f32|f16\n");
     return 2;
 }
