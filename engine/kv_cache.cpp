@@ -1,5 +1,6 @@
 #include "engine/kv_cache.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -28,6 +29,7 @@ PagedKvCache::PagedKvCache(const KvCacheShape& shape, KvStorage storage) : shape
         k_pool_.assign(pool_bytes(shape) / 2, 0);
         v_pool_.assign(pool_bytes(shape) / 2, 0);
     }
+    refs_.assign(static_cast<size_t>(shape.n_blocks), 0);
     free_list_.reserve(static_cast<size_t>(shape.n_blocks));
     for (int32_t b = shape.n_blocks - 1; b >= 0; --b) free_list_.push_back(b);
     seqs_.resize(static_cast<size_t>(shape.max_sequences));
@@ -62,7 +64,7 @@ int32_t PagedKvCache::create_sequence() {
 
 void PagedKvCache::free_sequence(int32_t seq) {
     Sequence& s = checked(seq);
-    for (int32_t b : s.blocks) free_list_.push_back(b);
+    for (int32_t b : s.blocks) release_block(b);
     s.blocks.clear();
     s.length = 0;
     s.active = false;
@@ -79,11 +81,53 @@ bool PagedKvCache::reserve(int32_t seq, int32_t n_positions) {
     const int32_t need = blocks_for(n_positions) - static_cast<int32_t>(s.blocks.size());
     if (need <= 0) return true;
     if (need > free_blocks()) return false;
-    for (int32_t i = 0; i < need; ++i) {
-        s.blocks.push_back(free_list_.back());
-        free_list_.pop_back();
-    }
+    for (int32_t i = 0; i < need; ++i) s.blocks.push_back(take_free_block());
     return true;
+}
+
+int32_t PagedKvCache::take_free_block() {
+    const int32_t b = free_list_.back();
+    free_list_.pop_back();
+    refs_[static_cast<size_t>(b)] = 1;
+    return b;
+}
+
+void PagedKvCache::checked_block(int32_t block) const {
+    if (block < 0 || block >= shape_.n_blocks || refs_[static_cast<size_t>(block)] == 0) {
+        throw Error("KV cache: block " + std::to_string(block) + " is not in use");
+    }
+}
+
+void PagedKvCache::adopt_blocks(int32_t seq, std::span<const int32_t> blocks) {
+    Sequence& s = checked(seq);
+    if (!s.blocks.empty() || s.length != 0) {
+        throw Error("KV cache: sequence " + std::to_string(seq) + " must be empty to adopt shared blocks");
+    }
+    if (static_cast<int64_t>(blocks.size()) * shape_.block_size > shape_.max_seq_len) {
+        throw Error("KV cache: " + std::to_string(blocks.size()) + " shared blocks exceed the context size " +
+                    std::to_string(shape_.max_seq_len));
+    }
+    for (int32_t b : blocks) checked_block(b);
+    for (int32_t b : blocks) {
+        ++refs_[static_cast<size_t>(b)];
+        s.blocks.push_back(b);
+    }
+    s.length = static_cast<int32_t>(blocks.size()) * shape_.block_size;
+}
+
+void PagedKvCache::retain_block(int32_t block) {
+    checked_block(block);
+    ++refs_[static_cast<size_t>(block)];
+}
+
+void PagedKvCache::release_block(int32_t block) {
+    checked_block(block);
+    if (--refs_[static_cast<size_t>(block)] == 0) free_list_.push_back(block);
+}
+
+int32_t PagedKvCache::block_refs(int32_t block) const {
+    if (block < 0 || block >= shape_.n_blocks) throw Error("KV cache: no block " + std::to_string(block));
+    return refs_[static_cast<size_t>(block)];
 }
 
 void PagedKvCache::set_length(int32_t seq, int32_t n) {
@@ -98,10 +142,15 @@ void PagedKvCache::set_length(int32_t seq, int32_t n) {
 void PagedKvCache::truncate(int32_t seq, int32_t n) {
     Sequence& s = checked(seq);
     if (n < 0) n = 0;
-    if (n < s.length) s.length = n;
-    const size_t keep = static_cast<size_t>(blocks_for(s.length));
+    const int32_t length = std::min(n, s.length);
+    const size_t keep = static_cast<size_t>(blocks_for(length));
+    if (length % shape_.block_size != 0 && refs_[static_cast<size_t>(s.blocks[keep - 1])] > 1) {
+        throw Error("KV cache: sequence " + std::to_string(seq) + " cannot be cut to " + std::to_string(length) +
+                    " positions: the block holding it is shared (read-only)");
+    }
+    s.length = length;
     while (s.blocks.size() > keep) {
-        free_list_.push_back(s.blocks.back());
+        release_block(s.blocks.back());
         s.blocks.pop_back();
     }
 }

@@ -3,6 +3,12 @@
 // per sequence. Sequences grow block by block, can be truncated to any length
 // (speculative rollback) and freed; blocks return to the pool. All memory is
 // allocated in the constructor.
+//
+// A block may be held by several sequences and by a prefix cache at once
+// (engine/prefix_cache.h): each holder counts one reference, and the block
+// returns to the pool when the last one lets go. Shared blocks are full and
+// read-only: a sequence adopts them only at its start, and may not be cut
+// back to a length inside one (its next write would change the others').
 #pragma once
 
 #include <cstddef>
@@ -63,8 +69,21 @@ public:
     int32_t length(int32_t seq) const { return seqs_[static_cast<size_t>(seq)].length; }
     // Marks positions [0, n) as written (n <= reserved capacity).
     void set_length(int32_t seq, int32_t n);
-    // Drops positions >= n and returns the blocks no longer needed.
+    // Drops positions >= n and lets go of the blocks no longer needed. A
+    // length inside a block other holders share is an error (the next
+    // write would change their positions); a block boundary is fine.
     void truncate(int32_t seq, int32_t n);
+
+    // Prefix sharing. adopt_blocks: `blocks` (pool ids of full blocks, in
+    // position order) become the first blocks of an empty sequence, which
+    // then has blocks.size() * block_size positions; each gains a reference.
+    // retain_block / release_block: a holder outside the sequences (the
+    // prefix cache) takes or drops a reference; the last release returns
+    // the block to the pool. block_refs: the holders of a block (0: free).
+    void adopt_blocks(int32_t seq, std::span<const int32_t> blocks);
+    void retain_block(int32_t block);
+    void release_block(int32_t block);
+    int32_t block_refs(int32_t block) const;
 
     // Key / value vectors (kv_dim elements of shape().type) of one position;
     // the position must be reserved. The forward pass writes them with
@@ -119,6 +138,9 @@ private:
     std::vector<unsigned char> k_pool_;  // (n_blocks, n_layers, block_size, kv_dim) of shape.type; empty without host storage
     std::vector<unsigned char> v_pool_;  // (n_blocks, n_layers, block_size, kv_dim) of shape.type; empty without host storage
     std::vector<int32_t> free_list_;  // pool indices of free blocks (stack)
+    std::vector<int32_t> refs_;       // (n_blocks) holders of each block: sequences and the prefix cache; 0: free
+    int32_t take_free_block();
+    void checked_block(int32_t block) const;
     std::vector<Sequence> seqs_;      // (max_sequences)
     std::vector<int32_t> free_slots_; // unused sequence ids (stack)
     int32_t active_count_ = 0;
