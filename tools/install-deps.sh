@@ -2,7 +2,8 @@
 # Installs the Debian packages specd builds and tests with (idempotent; only
 # runs apt-get when something is missing). Needs root or sudo. chromium is for
 # the chat page test, prometheus for promtool (the /metrics format check),
-# python3-yaml for the deploy/ checks, valgrind for the leak check,
+# python3-yaml for the deploy/ checks, python3-jinja2 to render real chat
+# templates as the oracle of the tool-call formats, valgrind for the leak check,
 # iproute2 for the multi-node network-namespace test. libpcre2-dev: the BPE
 # pre-tokenizer's regexes.
 #   tools/install-deps.sh          everything (build and test)
@@ -11,7 +12,7 @@ set -euo pipefail
 packages=(build-essential cmake ninja-build pkg-config catch2 libcli11-dev nlohmann-json3-dev
           libspdlog-dev libfmt-dev libcaf-dev libboost1.81-dev libpcre2-dev ca-certificates curl)
 if [ "${1:-}" != "--build" ]; then
-  packages+=(clang-14 libclang-rt-14-dev nodejs npm chromium prometheus python3 python3-yaml valgrind iproute2)
+  packages+=(clang-14 libclang-rt-14-dev nodejs npm chromium prometheus python3 python3-yaml python3-jinja2 valgrind iproute2)
 fi
 missing=()
 for p in "${packages[@]}"; do
