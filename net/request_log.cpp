@@ -5,13 +5,16 @@
 #include <optional>
 
 #include "config/log.h"
+#include "engine/acceptance_watch.h"
 
 namespace specd::net {
 
 using nlohmann::json;
 
 RequestLog::RequestLog(double low_rate, int64_t window_drafted, MetricsPage& page)
-    : page_(page), low_rate_(low_rate), watch_(low_rate, window_drafted) {}
+    : page_(page), low_rate_(low_rate), watch_(std::make_unique<AcceptanceWatch>(low_rate, window_drafted)) {}
+
+RequestLog::~RequestLog() = default;
 
 void RequestLog::done(const done_event& d, const char* transport, const std::string& request_id) {
     const double decode_ms = d.total_ms - d.ttft_ms;
@@ -34,7 +37,7 @@ void RequestLog::done(const done_event& d, const char* transport, const std::str
     double threshold = 0.0;
     {
         std::lock_guard<std::mutex> lock(mu_);
-        low = watch_.record(d.drafted, d.accepted);
+        low = watch_->record(d.drafted, d.accepted);
         threshold = low_rate_;
     }
     if (low) {
@@ -55,7 +58,7 @@ void RequestLog::failed(const error_event& e, const char* transport, const std::
 void RequestLog::set_acceptance_watch(double low_rate, int64_t window_drafted) {
     std::lock_guard<std::mutex> lock(mu_);
     low_rate_ = low_rate;
-    watch_.reconfigure(low_rate, window_drafted);
+    watch_->reconfigure(low_rate, window_drafted);
 }
 
 }  // namespace specd::net

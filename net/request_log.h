@@ -5,12 +5,16 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 
 #include "actors/messages.h"
-#include "engine/acceptance_watch.h"
 #include "net/metrics_page.h"
+
+namespace specd {
+class AcceptanceWatch;
+}
 
 namespace specd::net {
 
@@ -19,6 +23,7 @@ public:
     // low_rate, window_drafted: ServerOptions' low_acceptance_rate and
     // low_acceptance_window (0: no warning). `page` counts the low windows.
     RequestLog(double low_rate, int64_t window_drafted, MetricsPage& page);
+    ~RequestLog();
 
     // `transport`: "http" or "ws"; `request_id`: the id the log shows.
     void done(const done_event& d, const char* transport, const std::string& request_id);
@@ -30,7 +35,7 @@ private:
     MetricsPage& page_;
     std::mutex mu_;
     double low_rate_;         // under mu_
-    AcceptanceWatch watch_;   // under mu_
+    std::unique_ptr<AcceptanceWatch> watch_;  // under mu_ (engine/acceptance_watch.h)
 };
 
 }  // namespace specd::net

@@ -230,6 +230,10 @@ std::string cors_allowed_headers(std::string_view requested) {
     return allowed;
 }
 
+std::shared_ptr<const ChatTemplate> load_chat_template(const Runtime& runtime) {
+    return std::make_shared<const ChatTemplate>(ChatTemplate::from_gguf_template(runtime.chat_template_text()));
+}
+
 // Renders with the model's tokenizer.chat_template when its text is
 // recognised (engine/chat_template: llama.cpp's detection), else the plain
 // transcript for base models such as stories15M.

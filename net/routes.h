@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -95,6 +96,10 @@ bool authorised(const RouteRequest& request, const ServerOptions& options);
 // preflight asks for (`requested`: its list of header names, cleaned to
 // token characters).
 std::string cors_allowed_headers(std::string_view requested);
+
+// The model's chat template (its GGUF tokenizer.chat_template when
+// recognised, else the plain transcript), for render_chat_messages.
+std::shared_ptr<const ChatTemplate> load_chat_template(const Runtime& runtime);
 
 // A ChatRenderer (net/api.h) whose context is a `const ChatTemplate*`.
 std::string render_chat_messages(const void* chat_template, const std::vector<std::pair<std::string, std::string>>& messages);

@@ -10,7 +10,6 @@
 #include <thread>
 
 #include "config/log.h"
-#include "engine/chat_template.h"
 #include "engine/thread_pool.h"
 #include "net/listener.h"
 #include "net/server_state.h"
@@ -38,7 +37,7 @@ ServerState::ServerState(Runtime& rt, ServerOptions options)
       ioc(std::make_unique<asio::io_context>()),
       acceptor(std::make_unique<tcp::acceptor>(*ioc)),
       start_time_s(unix_time_now()),
-      chat_template(std::make_unique<const ChatTemplate>(ChatTemplate::from_gguf_template(rt.chat_template_text()))),
+      chat_template(load_chat_template(rt)),
       metrics(rt, ServerGauges{[this] { return static_cast<double>(connections.load()); },
                                [this] { return draining ? 1.0 : 0.0; },
                                [this] { return static_cast<double>(active_generations.load()); }}),

@@ -52,7 +52,7 @@ struct ServerState {
     std::atomic<bool> stopped{false};
     uint16_t bound_port = 0;
     const int64_t start_time_s;                         // unix time
-    std::unique_ptr<const ChatTemplate> chat_template;  // the model's, or the plain fallback
+    std::shared_ptr<const ChatTemplate> chat_template;  // the model's, or the plain fallback (routes.h)
     MetricsPage metrics;
     RequestLog requests;
 
