@@ -156,6 +156,7 @@ private:
         };
         ++state_->active_generations;
         ++generation_serial_;
+        timing_ = GenerationTiming();  // each generation on a keep-alive connection has its own first token
         generation_ = state_->runtime.submit(std::move(parsed.request), std::move(cb));
         watch_disconnect();
     }
