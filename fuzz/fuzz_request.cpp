@@ -1,5 +1,5 @@
 // libFuzzer target for the HTTP request parser: the body bytes of a POST to
-// /v1/completions or /v1/chat/completions, through what net/server.cpp does
+// /v1/completions or /v1/chat/completions, through what net/routes.cpp does
 // with them (net::parse_json, then net::parse_generation for both
 // endpoints, chats rendered with a plain and a ChatML template).
 //

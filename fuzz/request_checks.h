@@ -21,7 +21,7 @@ inline const net::RequestLimits& fuzz_limits() {
     return limits;
 }
 
-// As net/server.cpp's render_chat_messages: ctx is a ChatTemplate.
+// As net/routes.cpp's render_chat_messages: ctx is a ChatTemplate.
 inline std::string render_with_template(const void* ctx, const std::vector<std::pair<std::string, std::string>>& messages) {
     std::vector<ChatMessage> msgs;
     msgs.reserve(messages.size());

@@ -2,7 +2,6 @@
 
 #include <dlfcn.h>
 
-#include <cstdio>
 #include <mutex>
 
 namespace specd::gpu {
@@ -49,12 +48,6 @@ const Nvml& nvml(const char* library) {
     return instance;
 }
 
-std::string number(double v) {
-    char buf[40];
-    std::snprintf(buf, sizeof buf, "%.15g", v);  // bytes to 1e15 exactly; ratios without binary noise
-    return buf;
-}
-
 }  // namespace
 
 std::optional<double> nvml_utilization(const std::string& pci_bus_id, const char* library) {
@@ -65,30 +58,6 @@ std::optional<double> nvml_utilization(const std::string& pci_bus_id, const char
     nvml_utilization_t u{};
     if (n.utilization(device, &u) != 0) return std::nullopt;
     return static_cast<double>(u.gpu) / 100.0;
-}
-
-void render_gpu_metrics(std::string& out, std::span<const GpuDeviceStats> stats) {
-    if (stats.empty()) return;
-    auto family = [&](const char* name, const char* help, auto value, bool (*has)(const GpuDeviceStats&)) {
-        bool any = false;
-        for (const GpuDeviceStats& s : stats) any = any || has(s);
-        if (!any) return;
-        out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " gauge\n";
-        for (const GpuDeviceStats& s : stats) {
-            if (!has(s)) continue;
-            out += std::string(name) + "{device=\"" + std::to_string(s.ordinal) + "\"} " + number(value(s)) + "\n";
-        }
-    };
-    auto always = [](const GpuDeviceStats&) { return true; };
-    family("specd_gpu_memory_used_bytes", "GPU memory in use on the device (all processes).",
-           [](const GpuDeviceStats& s) { return static_cast<double>(s.used_bytes); }, always);
-    family("specd_gpu_memory_free_bytes", "GPU memory free on the device.",
-           [](const GpuDeviceStats& s) { return static_cast<double>(s.free_bytes); }, always);
-    family("specd_gpu_memory_total_bytes", "GPU memory on the device.",
-           [](const GpuDeviceStats& s) { return static_cast<double>(s.total_bytes); }, always);
-    family("specd_gpu_utilization_ratio", "Share of the last NVML sample period in which a kernel ran on the device (0..1).",
-           [](const GpuDeviceStats& s) { return s.utilization.value_or(0.0); },
-           [](const GpuDeviceStats& s) { return s.utilization.has_value(); });
 }
 
 }  // namespace specd::gpu

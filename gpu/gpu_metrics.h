@@ -1,9 +1,10 @@
-// GPU figures for /metrics: memory used/free/total per CUDA device (from
-// cudaMemGetInfo) and utilisation from NVML. NVML is loaded at run time with
+// GPU figures for /metrics, as values (net/metrics_page renders them):
+// memory used/free/total per CUDA device (from cudaMemGetInfo) and
+// utilisation from NVML. NVML is loaded at run time with
 // dlopen("libnvidia-ml.so.1") and never linked: the driver ships it, so a
 // binary built here must not depend on it; without it (no driver, a
 // container without the library) utilisation is simply absent. No CUDA
-// types here: net/ and actors/ include this header in every build.
+// types here: actors/runtime.h includes this header in every build.
 #pragma once
 
 #include <cstdint>
@@ -32,13 +33,6 @@ inline constexpr const char* kNvmlLibrary = "libnvidia-ml.so.1";
 // nvmlInit once; nullopt when the library, a symbol, nvmlInit or the query
 // fails. Never throws. Plain C++ (dlfcn), in specd_gpu_host.
 std::optional<double> nvml_utilization(const std::string& pci_bus_id, const char* library = kNvmlLibrary);
-
-// Appends the Prometheus text for `stats`: specd_gpu_memory_used_bytes,
-// specd_gpu_memory_free_bytes, specd_gpu_memory_total_bytes (one sample
-// per device, label device="<ordinal>") and specd_gpu_utilization_ratio
-// for the devices that have a utilisation (no family at all when none has).
-// Nothing for an empty span (a CPU backend).
-void render_gpu_metrics(std::string& out, std::span<const GpuDeviceStats> stats);
 
 // Memory and utilisation of CUDA devices `ordinals`. Defined in
 // device_probe.cpp (library specd_gpu, only with CUDA). A device whose

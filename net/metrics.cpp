@@ -239,6 +239,8 @@ struct MetricsRegistry::Family {
     int type = kCounterType;
     std::vector<double> bounds;  // histograms: every series' upper bounds (+Inf dropped)
     std::vector<Series> series;  // registration order
+    std::vector<std::string> label_names;                      // gauge_family_fn: its label names
+    std::function<LabelledValues()> collect;                   // gauge_family_fn: its series, read at render
 
     Series* find(const MetricLabels& labels_as_set) {
         for (Series& s : series) {
@@ -294,7 +296,10 @@ Counter& MetricsRegistry::counter(std::string_view name, std::string_view help, 
     MetricLabels as_set = sorted(labels);
     std::lock_guard lock(mutex_);
     Family& f = family(name, help, kCounterType);
-    if (Series* existing = f.find(as_set)) return *existing->counter;
+    if (Series* existing = f.find(as_set)) {
+        if (!existing->counter) throw Error("metric " + std::string(name) + " with these labels is a callback counter");
+        return *existing->counter;
+    }
     Series& s = f.add(labels, std::move(as_set));
     s.counter = std::make_unique<Counter>();
     return *s.counter;
@@ -306,6 +311,7 @@ Gauge& MetricsRegistry::gauge(std::string_view name, std::string_view help, cons
     MetricLabels as_set = sorted(labels);
     std::lock_guard lock(mutex_);
     Family& f = family(name, help, kGaugeType);
+    if (f.collect) throw Error("metric " + std::string(name) + " is a callback family");
     if (Series* existing = f.find(as_set)) {
         if (!existing->gauge) throw Error("metric " + std::string(name) + " with these labels is a callback gauge");
         return *existing->gauge;
@@ -317,18 +323,43 @@ Gauge& MetricsRegistry::gauge(std::string_view name, std::string_view help, cons
 
 void MetricsRegistry::gauge_fn(std::string_view name, std::string_view help, std::function<double()> read,
                                const MetricLabels& labels) {
+    value_fn(name, help, kGaugeType, std::move(read), labels);
+}
+
+void MetricsRegistry::counter_fn(std::string_view name, std::string_view help, std::function<double()> read,
+                                 const MetricLabels& labels) {
+    value_fn(name, help, kCounterType, std::move(read), labels);
+}
+
+void MetricsRegistry::value_fn(std::string_view name, std::string_view help, int type, std::function<double()> read,
+                               const MetricLabels& labels) {
     check_metric_name(name);
     check_labels(name, labels, false);
-    if (!read) throw Error("metric " + std::string(name) + ": the gauge callback is empty");
+    if (!read) throw Error("metric " + std::string(name) + ": the " + type_name(type) + " callback is empty");
     MetricLabels as_set = sorted(labels);
     std::lock_guard lock(mutex_);
-    Family& f = family(name, help, kGaugeType);
+    Family& f = family(name, help, type);
+    if (f.collect) throw Error("metric " + std::string(name) + " is a callback family");
     if (Series* existing = f.find(as_set)) {
-        if (existing->gauge) throw Error("metric " + std::string(name) + " with these labels is a set gauge");
+        if (!existing->read) throw Error("metric " + std::string(name) + " with these labels is a set " + type_name(type));
         existing->read = std::move(read);
         return;
     }
     f.add(labels, std::move(as_set)).read = std::move(read);
+}
+
+void MetricsRegistry::gauge_family_fn(std::string_view name, std::string_view help, std::vector<std::string> label_names,
+                                      std::function<LabelledValues()> read) {
+    check_metric_name(name);
+    MetricLabels names_only;
+    for (const std::string& label : label_names) names_only.emplace_back(label, "");
+    check_labels(name, names_only, false);
+    if (!read) throw Error("metric " + std::string(name) + ": the family callback is empty");
+    std::lock_guard lock(mutex_);
+    Family& f = family(name, help, kGaugeType);
+    if (!f.series.empty()) throw Error("metric " + std::string(name) + " already has series of its own");
+    f.label_names = std::move(label_names);
+    f.collect = std::move(read);
 }
 
 Histogram& MetricsRegistry::histogram(std::string_view name, std::string_view help,
@@ -356,10 +387,23 @@ std::string MetricsRegistry::render() const {
     out.reserve(256 * families_.size());
     std::string le;
     for (const auto& f : families_) {
+        LabelledValues collected;
+        if (f->collect) {
+            collected = f->collect();
+            if (collected.empty()) continue;
+        }
         out.append("# HELP ").append(f->name).push_back(' ');
         append_escaped_help(out, f->help);
         out.append("\n# TYPE ").append(f->name).push_back(' ');
         out.append(type_name(f->type)).push_back('\n');
+        for (const auto& [values, value] : collected) {
+            MetricLabels labels;
+            for (size_t i = 0; i < f->label_names.size(); ++i)
+                labels.emplace_back(f->label_names[i], i < values.size() ? values[i] : std::string());
+            append_series(out, f->name, "", render_labels(labels));
+            append_metric_value(out, value);
+            out.push_back('\n');
+        }
         for (const Series& s : f->series) {
             if (f->type != kHistogramType) {
                 append_series(out, f->name, "", s.rendered_labels);

@@ -120,6 +120,19 @@ public:
     // again replaces the callback.
     void gauge_fn(std::string_view name, std::string_view help, std::function<double()> read,
                   const MetricLabels& labels = {});
+    // The same for a counter owned elsewhere (process_cpu_seconds_total):
+    // `read()` must never go down.
+    void counter_fn(std::string_view name, std::string_view help, std::function<double()> read,
+                    const MetricLabels& labels = {});
+    // A gauge family whose series are read at each render(), for a set of
+    // things known only then (GPU devices, draft positions): `read()` gives
+    // one (label values, value) per series, the values in the order of
+    // `label_names`. A read with no series renders no family at all (no
+    // HELP / TYPE either), so a CPU server has no GPU lines. The same rules
+    // as gauge_fn for `read`; registering the name again replaces it.
+    using LabelledValues = std::vector<std::pair<std::vector<std::string>, double>>;
+    void gauge_family_fn(std::string_view name, std::string_view help, std::vector<std::string> label_names,
+                         std::function<LabelledValues()> read);
 
     // The text exposition format 0.0.4: families in registration order, each
     // "# HELP name help" and "# TYPE name type" then one sample per line,
@@ -132,6 +145,8 @@ public:
 private:
     struct Family;
     Family& family(std::string_view name, std::string_view help, int type);
+    void value_fn(std::string_view name, std::string_view help, int type, std::function<double()> read,
+                  const MetricLabels& labels);
     mutable std::mutex mutex_;                       // registration and render
     std::vector<std::unique_ptr<Family>> families_;  // registration order
 };

@@ -4,8 +4,8 @@
 //
 // Endpoints: / (chat page), /v1/ws, /v1/completions, /v1/chat/completions,
 // /v1/models, /health (200 {"status":"ok"}; 503 while draining), /metrics,
-// and GET/POST /admin/speculation (the run-time switch, admin key). Each
-// finished request logs one summary line (config/log.h).
+// and GET/POST /admin/speculation (the run-time switch, admin key); see
+// net/routes.h. Each finished request logs one summary line (config/log.h).
 #pragma once
 
 #include <cstdint>
@@ -19,6 +19,8 @@ class Runtime;
 }
 
 namespace specd::net {
+
+struct ServerState;  // net/server_state.h
 
 struct ServerOptions {
     std::string host = "127.0.0.1";        // --host
@@ -65,10 +67,8 @@ public:
     // Starts a new acceptance window with these settings (SIGHUP reload).
     void set_acceptance_watch(double low_rate, int64_t window_drafted);
 
-    struct Impl;
-
 private:
-    std::shared_ptr<Impl> impl_;
+    std::shared_ptr<ServerState> state_;
 };
 
 }  // namespace specd::net

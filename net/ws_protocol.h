@@ -1,6 +1,6 @@
 // The WebSocket protocol's message handler without a socket
 // (docs/websocket-protocol.md): one client text frame in, one action out.
-// The session (net/server.cpp) carries the action out; the fuzz target
+// The session (net/ws_session.cpp) carries the action out; the fuzz target
 // fuzz/fuzz_ws_message.cpp drives this function directly.
 #pragma once
 

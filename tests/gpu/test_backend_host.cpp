@@ -414,49 +414,6 @@ TEST_CASE("the device field: key, environment, flag and allowed words", "[gpu-ho
     CHECK(loader.config().device == "cpu");
 }
 
-TEST_CASE("gpu metrics: a CPU backend (no device) prints nothing", "[gpu-host]") {
-    std::string out = "before\n";
-    render_gpu_metrics(out, {});
-    CHECK(out == "before\n");
-}
-
-TEST_CASE("gpu metrics: memory per device, utilisation only where NVML gave one", "[gpu-host]") {
-    std::vector<GpuDeviceStats> stats(2);
-    stats[0].ordinal = 0;
-    stats[0].total_bytes = 1000;
-    stats[0].free_bytes = 600;
-    stats[0].used_bytes = 400;
-    stats[0].utilization = 0.25;
-    stats[1].ordinal = 1;
-    stats[1].total_bytes = 2000;
-    stats[1].free_bytes = 2000;
-    stats[1].used_bytes = 0;
-    std::string out;
-    render_gpu_metrics(out, stats);
-    CHECK(out ==
-          "# HELP specd_gpu_memory_used_bytes GPU memory in use on the device (all processes).\n"
-          "# TYPE specd_gpu_memory_used_bytes gauge\n"
-          "specd_gpu_memory_used_bytes{device=\"0\"} 400\n"
-          "specd_gpu_memory_used_bytes{device=\"1\"} 0\n"
-          "# HELP specd_gpu_memory_free_bytes GPU memory free on the device.\n"
-          "# TYPE specd_gpu_memory_free_bytes gauge\n"
-          "specd_gpu_memory_free_bytes{device=\"0\"} 600\n"
-          "specd_gpu_memory_free_bytes{device=\"1\"} 2000\n"
-          "# HELP specd_gpu_memory_total_bytes GPU memory on the device.\n"
-          "# TYPE specd_gpu_memory_total_bytes gauge\n"
-          "specd_gpu_memory_total_bytes{device=\"0\"} 1000\n"
-          "specd_gpu_memory_total_bytes{device=\"1\"} 2000\n"
-          "# HELP specd_gpu_utilization_ratio Share of the last NVML sample period in which a kernel ran on the device (0..1).\n"
-          "# TYPE specd_gpu_utilization_ratio gauge\n"
-          "specd_gpu_utilization_ratio{device=\"0\"} 0.25\n");
-    // Without NVML no device has a utilisation: the family is left out.
-    stats[0].utilization.reset();
-    out.clear();
-    render_gpu_metrics(out, stats);
-    CHECK(out.find("specd_gpu_memory_used_bytes{device=\"0\"} 400") != std::string::npos);
-    CHECK(out.find("utilization") == std::string::npos);
-}
-
 TEST_CASE("gpu metrics: NVML missing means no utilisation, not an error", "[gpu-host]") {
     // The first call decides the library for the process (catch_discover_tests
     // runs each test case in its own process).

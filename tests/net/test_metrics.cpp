@@ -81,6 +81,32 @@ TEST_CASE("a gauge sets and adds, a callback gauge is read at each render", "[me
     CHECK(metrics.render() == header + "specd_kv_blocks_used{pool=\"main\"} 42\n");
 }
 
+TEST_CASE("a callback counter is read at each render; a callback family renders its series, or nothing when it has none",
+          "[metrics]") {
+    MetricsRegistry metrics;
+    double cpu = 0.25;
+    metrics.counter_fn("process_cpu_seconds_total", "CPU time.", [&] { return cpu; });
+    MetricsRegistry::LabelledValues devices;
+    metrics.gauge_family_fn("specd_gpu_memory_used_bytes", "GPU memory.", {"device", "kind"}, [&] { return devices; });
+    const std::string cpu_text =
+        "# HELP process_cpu_seconds_total CPU time.\n"
+        "# TYPE process_cpu_seconds_total counter\n"
+        "process_cpu_seconds_total ";
+    CHECK(metrics.render() == cpu_text + "0.25\n");
+    cpu = 1.5;
+    devices = {{{"0", "a\"b"}, 400}, {{"1", ""}, 0}};
+    CHECK(metrics.render() == cpu_text + "1.5\n"
+                              "# HELP specd_gpu_memory_used_bytes GPU memory.\n"
+                              "# TYPE specd_gpu_memory_used_bytes gauge\n"
+                              "specd_gpu_memory_used_bytes{device=\"0\",kind=\"a\\\"b\"} 400\n"
+                              "specd_gpu_memory_used_bytes{device=\"1\",kind=\"\"} 0\n");
+    // A family's series come from its callback only; bad label names are errors.
+    CHECK_THROWS_AS(metrics.gauge("specd_gpu_memory_used_bytes", "GPU memory.", {{"device", "2"}}), specd::Error);
+    CHECK_THROWS_AS(metrics.gauge_family_fn("specd_x", "x", {"le-bad"}, [] { return MetricsRegistry::LabelledValues{}; }),
+                    specd::Error);
+    CHECK_THROWS_AS(metrics.counter("process_cpu_seconds_total", "CPU time."), specd::Error);
+}
+
 TEST_CASE("a histogram renders cumulative buckets with +Inf, then _sum and _count", "[metrics]") {
     MetricsRegistry metrics;
     Histogram& latency = metrics.histogram("specd_request_seconds", "Request latency.", {0.25, 0.5, 1});

@@ -1,0 +1,74 @@
+// Server-sent event framing; see sse.h.
+#include "net/sse.h"
+
+#include <cstdio>
+
+#include "config/json_text.h"
+
+namespace specd::net {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr std::string_view kLastChunk = "0\r\n\r\n";  // ends a chunked body
+
+}  // namespace
+
+std::string sse_event(std::string_view data) {
+    char size[20];
+    const int size_len = std::snprintf(size, sizeof size, "%zx\r\n", data.size() + 8);  // "data: " + "\n\n"
+    std::string chunk;
+    chunk.reserve(static_cast<size_t>(size_len) + data.size() + 10);
+    chunk.append(size, static_cast<size_t>(size_len)).append("data: ").append(data).append("\n\n\r\n");
+    return chunk;
+}
+
+SseStream::SseStream(bool chat, std::string id, std::string model, int64_t created, bool include_usage)
+    : chat_(chat), id_(std::move(id)), model_(std::move(model)), created_(created), include_usage_(include_usage) {}
+
+std::string SseStream::start(bool keep_alive, const std::string& cors_lines) {
+    if (started_) return "";
+    started_ = true;
+    std::string out = "HTTP/1.1 200 OK\r\nServer: specd\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+                      "Transfer-Encoding: chunked\r\nConnection: " +
+                      std::string(keep_alive ? "keep-alive" : "close") + "\r\n" + cors_lines + "\r\n";
+    if (chat_) {
+        const std::string role = "assistant";
+        out += sse_event(dump_json(chat_chunk(id_, model_, created_, &role, nullptr, "")));
+    }
+    return out;
+}
+
+std::string SseStream::content(const std::string& text) const {
+    if (text.empty()) return "";
+    return sse_event(content_chunk_json(chat_, id_, model_, created_, text));
+}
+
+std::string SseStream::done(const done_event& d) const {
+    json last = chat_ ? chat_chunk(id_, model_, created_, nullptr, nullptr, openai_finish_reason(d.finish_reason))
+                      : completion_chunk(id_, model_, created_, "", openai_finish_reason(d.finish_reason));
+    last["usage"] = usage_json(d);
+    last["timings"] = timings_json(d);
+    last["speculative"] = speculative_json(d);
+    std::string out = sse_event(dump_json(last));
+    if (include_usage_) {
+        // stream_options.include_usage, as OpenAI: one more chunk, no choices, the usage.
+        json usage = chat_ ? chat_chunk(id_, model_, created_, nullptr, nullptr, "") : completion_chunk(id_, model_, created_, "", "");
+        usage["choices"] = json::array();
+        usage["usage"] = usage_json(d);
+        out += sse_event(dump_json(usage));
+    }
+    out += sse_event("[DONE]");
+    out += kLastChunk;
+    return out;
+}
+
+std::string SseStream::error(const ApiError& e) const {
+    std::string out = sse_event(error_body(e));
+    out += sse_event("[DONE]");
+    out += kLastChunk;
+    return out;
+}
+
+}  // namespace specd::net

@@ -1,0 +1,51 @@
+// Server-sent events for streamed completions, as OpenAI streams them: the
+// response head, then one "data: <json>" event per HTTP chunk (chunked
+// transfer encoding), the final chunk with the finish reason, usage,
+// timings and speculation figures, "data: [DONE]" and the last (empty)
+// chunk. Bytes only: the HTTP session writes them.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "net/api.h"
+
+namespace specd::net {
+
+// One SSE event as one HTTP chunk: "<size>\r\ndata: <data>\n\n\r\n".
+std::string sse_event(std::string_view data);
+
+// One streamed completion's bytes, in order. The head goes out with the
+// first token (or the end), not at submission: a request that fails before
+// it (context_exceeded, a full queue) then answers with the status a
+// non-streamed one gets.
+class SseStream {
+public:
+    // `chat`: chat.completion.chunk objects (and a first chunk with the
+    // assistant role), else text_completion ones; `include_usage`:
+    // stream_options.include_usage (one more chunk with the usage and no choices).
+    SseStream(bool chat, std::string id, std::string model, int64_t created, bool include_usage);
+
+    bool started() const { return started_; }
+    // The response head (200, text/event-stream, chunked; `cors_lines`:
+    // CORS header lines, each ending in CRLF) and, for chat, the role
+    // chunk; "" once started.
+    std::string start(bool keep_alive, const std::string& cors_lines);
+    // A content chunk for `text` ("" for empty text). After start().
+    std::string content(const std::string& text) const;
+    // The last chunks after start(): the finish reason with usage, timings
+    // and speculation, the usage chunk when asked, [DONE], the last chunk.
+    std::string done(const done_event& d) const;
+    // An error after start(): the error object as an event, [DONE], the last chunk.
+    std::string error(const ApiError& e) const;
+
+private:
+    bool chat_;
+    std::string id_, model_;
+    int64_t created_;
+    bool include_usage_;
+    bool started_ = false;
+};
+
+}  // namespace specd::net
