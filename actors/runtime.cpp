@@ -575,7 +575,7 @@ draft_actor::behavior_type draft_fun(draft_actor::stateful_pointer<draft_state> 
         fo.draft_head_tokens = rt->config.draft_vocab;
         st.fwd = rt->backends->make_draft(fo);
         st.kv = st.fwd->make_kv_cache(rt->draft_shape);
-        st.batch = std::make_unique<BatchDrafter>(st.fwd.get(), st.kv.get());
+        st.batch = std::make_unique<BatchDrafter>(st.fwd.get(), st.kv.get(), 1, 4, rt->target ? rt->target->hparams().n_vocab : 0);
     } else {
         st.batch = std::make_unique<BatchDrafter>(nullptr, nullptr, rt->config.ngram_min, rt->config.ngram_max);
     }
