@@ -28,6 +28,7 @@
 #include "config/log.h"
 #include "engine/batch_drafter.h"
 #include "engine/batch_verifier.h"
+#include "engine/context_plan.h"
 #include "engine/kv_ledger.h"
 #include "engine/model.h"
 #include "engine/model_integrity.h"
@@ -575,7 +576,7 @@ draft_actor::behavior_type draft_fun(draft_actor::stateful_pointer<draft_state> 
         fo.draft_head_tokens = rt->config.draft_vocab;
         st.fwd = rt->backends->make_draft(fo);
         st.kv = st.fwd->make_kv_cache(rt->draft_shape);
-        st.batch = std::make_unique<BatchDrafter>(st.fwd.get(), st.kv.get());
+        st.batch = std::make_unique<BatchDrafter>(st.fwd.get(), st.kv.get(), 1, 4, rt->target ? rt->target->hparams().n_vocab : 0);
     } else {
         st.batch = std::make_unique<BatchDrafter>(nullptr, nullptr, rt->config.ngram_min, rt->config.ngram_max);
     }
@@ -1744,6 +1745,20 @@ std::shared_ptr<RuntimeShared> build_shared(caf::actor_system& system, const Run
         int32_t shape_blocks = 0, block_size = 1;
         // The config validated the name (f16 or f32); a GPU keeps its own 16-bit pools.
         const TensorType kv_type = tensor_type_from_name(config.kv_cache_type).value_or(TensorType::F16);
+        const int64_t budget = config.memory_budget_bytes > 0 ? config.memory_budget_bytes : rt->backends->kv_memory_bytes(available_ram_bytes());
+        // ctx_size 0: the trained length capped by what the budget holds (engine/context_plan.h).
+        int64_t token_bytes = 0;  // target + draft KV bytes per position, as the backend stores them
+        for (const LlamaModel* m : {rt->target.get(), rt->draft.get()}) {
+            if (!m) continue;
+            KvCacheShape one = ForwardBackend::kv_shape_for(*m, 1, 1, 1);
+            one.type = kv_type;
+            token_bytes += static_cast<int64_t>(rt->backends->kv_block_bytes(one));
+        }
+        const ContextPlan plan = plan_context({.requested = config.n_ctx, .n_ctx_train = n_ctx_train, .kv_cache_ratio = config.kv_cache_ratio,
+                                               .budget_bytes = budget, .kv_bytes_per_token = token_bytes, .max_sequences = config.max_sequences,
+                                               .block_size = 16, .kv_type = config.kv_cache_type});
+        rt->n_ctx = plan.n_ctx;
+        log::info("context", {{"n_ctx", plan.n_ctx}, {"why", plan.reason}});
         if (rt->target) {
             rt->target_shape = ForwardBackend::kv_shape_for(*rt->target, rt->n_ctx, config.max_sequences);
             rt->target_shape.type = kv_type;
@@ -1760,7 +1775,6 @@ std::shared_ptr<RuntimeShared> build_shared(caf::actor_system& system, const Run
                 block_size = rt->draft_shape.block_size;
             }
         }
-        const int64_t budget = config.memory_budget_bytes > 0 ? config.memory_budget_bytes : rt->backends->kv_memory_bytes(available_ram_bytes());
         const int64_t kv_bytes = static_cast<int64_t>(config.kv_cache_ratio * static_cast<double>(budget));
         const int64_t affordable = kv_bytes / static_cast<int64_t>(block_bytes);
         const int32_t per_seq = (rt->n_ctx + block_size - 1) / block_size;

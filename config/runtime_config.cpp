@@ -81,7 +81,7 @@ const std::vector<Entry>& entries() {
              .help = "a CPU draft's output head: the N token ids fed most often (0: full head)", .kind = Kind::integer, .min = 0,
              .max = 1 << 24},
             &RuntimeConfig::draft_vocab);
-        add({.key = "ctx_size", .env = "SPECD_CTX_SIZE", .flag = "-c,--ctx-size", .help = "context per request (0: the model's)",
+        add({.key = "ctx_size", .env = "SPECD_CTX_SIZE", .flag = "-c,--ctx-size", .help = "context per request (0: the trained length, capped by what the KV budget holds for max_sessions sequences)",
              .kind = Kind::integer, .min = 0, .max = 1 << 20},
             &RuntimeConfig::n_ctx);
         add({.key = "max_sessions", .env = "SPECD_MAX_SESSIONS", .flag = "--parallel", .help = "requests decoding at once",

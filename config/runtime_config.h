@@ -50,7 +50,9 @@ struct RuntimeConfig {
                                        //   N token ids fed to it most often (learned as it serves; ~2x cheaper draft tokens
                                        //   on stories15M, drafts can't propose other tokens); 0: the full head
     // ---- capacity
-    int32_t n_ctx = 0;                 // "ctx_size" / SPECD_CTX_SIZE: context per request; 0: the model's training context
+    int32_t n_ctx = 0;                 // "ctx_size" / SPECD_CTX_SIZE: context per request (at most the trained length); 0: the trained
+                                       // length capped by what kv_cache_ratio of the budget holds for max_sequences full
+                                       // sequences, never below 4096 (or the trained length if shorter): engine/context_plan.h
     int32_t max_sequences = 64;        // "max_sessions" / SPECD_MAX_SESSIONS: requests decoding at once (KV sequence slots)
     int32_t max_waiting = 256;         // "queue_length" / SPECD_QUEUE_LENGTH: requests queued for KV blocks before new ones are refused
     double kv_cache_ratio = 0.85;      // "kv_cache_ratio" / KV_CACHE_RATIO: share of the memory budget the KV pools may take

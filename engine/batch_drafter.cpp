@@ -47,9 +47,10 @@ void check_argmax(std::span<const int32_t> argmax, int32_t n_vocab) {
 
 }  // namespace
 
-BatchDrafter::BatchDrafter(ForwardBackend* draft_fwd, PagedKvCache* draft_kv, int32_t ngram_min, int32_t ngram_max)
-    : fwd_(draft_fwd), kv_(draft_kv), ngram_(ngram_min, ngram_max),
-      sampler_(SamplingParams{}, draft_fwd ? draft_fwd->n_vocab() : 1) {
+BatchDrafter::BatchDrafter(ForwardBackend* draft_fwd, PagedKvCache* draft_kv, int32_t ngram_min, int32_t ngram_max,
+                           int32_t target_vocab)
+    : fwd_(draft_fwd), kv_(draft_kv), vocab_(draft_fwd ? DraftVocabMap(draft_fwd->model(), target_vocab) : DraftVocabMap()),
+      ngram_(ngram_min, ngram_max), sampler_(SamplingParams{}, draft_fwd ? vocab_.limit : 1) {
     if ((fwd_ == nullptr) != (kv_ == nullptr)) throw Error("drafter: a draft model needs both its forward pass and its cache");
 }
 
@@ -84,7 +85,8 @@ void BatchDrafter::draft(std::span<const DraftJob> jobs, std::vector<DraftOutcom
 
 void BatchDrafter::model_draft(std::span<const DraftJob> jobs, std::vector<DraftOutcome>& out, size_t first_out) {
     const int32_t n_ctx = kv_->shape().max_seq_len;
-    const size_t V = static_cast<size_t>(fwd_->n_vocab());
+    const size_t V = static_cast<size_t>(fwd_->n_vocab());      // logit row stride
+    const size_t limit = static_cast<size_t>(vocab_.limit);     // ids the draft may propose (sampler_ reads these)
     const int32_t budget = fwd_->options().max_batch_tokens;
     active_.clear();
     for (size_t j = 0; j < jobs.size(); ++j) {
@@ -114,7 +116,7 @@ void BatchDrafter::model_draft(std::span<const DraftJob> jobs, std::vector<Draft
         if (!kv_->reserve(r.seq, static_cast<int32_t>(job.context.size()) + k - 1)) continue;  // draft pool full
         Active a{j, first_out + j, &r, {}, Rng(job.rng), k};
         a.history.reserve(job.context.size() + static_cast<size_t>(k));
-        a.history.assign(job.context.begin(), job.context.end());
+        vocab_.map_inputs(job.context, a.history);
         active_.push_back(std::move(a));
     }
 
@@ -150,6 +152,7 @@ void BatchDrafter::model_draft(std::span<const DraftJob> jobs, std::vector<Draft
             const DraftJob& job = jobs[active_[i].job];
             all_greedy = all_greedy && job.sampling.plain_argmax() && !(job.p_min > 0.0f);
         }
+        all_greedy = all_greedy && !vocab_.masks();  // the draft's own argmax may be an id the target lacks
         bool greedy = false;
         std::span<const float> logits;
         if (all_greedy) {
@@ -164,9 +167,13 @@ void BatchDrafter::model_draft(std::span<const DraftJob> jobs, std::vector<Draft
         }
         for (size_t it = 0; it < items_.size(); ++it) {
             Active& a = active_[item_active_[it]];
-            a.request->cached.insert(a.request->cached.end(), items_[it].tokens.begin(), items_[it].tokens.end());
-            if (a.request->cached.size() < a.history.size()) continue;  // catch-up not finished
             const DraftJob& job = jobs[a.job];
+            // The context's own ids (rollback compares them with the next
+            // context), drafted ones as fed (they are the same).
+            for (size_t pos = a.request->cached.size(), end = pos + items_[it].tokens.size(); pos < end; ++pos) {
+                a.request->cached.push_back(pos < job.context.size() ? job.context[pos] : a.history[pos]);
+            }
+            if (a.request->cached.size() < a.history.size()) continue;  // catch-up not finished
             DraftOutcome& o = out[a.outcome];
             const float* row = greedy ? nullptr : logits.data() + it * V;  // greedy: only argmax_ is read
             sampler_.set_params(job.sampling);
@@ -176,9 +183,9 @@ void BatchDrafter::model_draft(std::span<const DraftJob> jobs, std::vector<Draft
             } else if (job.sampling.greedy()) {
                 token = sampler_.sample(row, a.history, a.rng);
                 if (job.p_min > 0.0f) {
-                    const float top = *std::max_element(row, row + V);
+                    const float top = *std::max_element(row, row + limit);
                     double sum = 0.0;
-                    for (size_t v = 0; v < V; ++v) sum += std::exp(static_cast<double>(row[v] - top));
+                    for (size_t v = 0; v < limit; ++v) sum += std::exp(static_cast<double>(row[v] - top));
                     if (1.0 / sum < job.p_min) {
                         a.live = false;
                         continue;

@@ -64,8 +64,12 @@ private:
 class BatchDrafter {
 public:
     // With a draft model: `draft_fwd` runs it over `draft_kv` (one sequence
-    // per request). Without (both null): n-gram lookup.
-    BatchDrafter(ForwardBackend* draft_fwd, PagedKvCache* draft_kv, int32_t ngram_min = 1, int32_t ngram_max = 4);
+    // per request). Without (both null): n-gram lookup. `target_vocab`: the
+    // target's n_vocab when it differs from the draft's (DraftVocabMap: the
+    // draft proposes only ids below both, and is fed a substitute for a
+    // context id it lacks); 0 = the draft's own.
+    BatchDrafter(ForwardBackend* draft_fwd, PagedKvCache* draft_kv, int32_t ngram_min = 1, int32_t ngram_max = 4,
+                 int32_t target_vocab = 0);
 
     bool uses_model() const { return fwd_ != nullptr; }
     // Frees the request's draft sequence (no-op when it has none).
@@ -83,13 +87,13 @@ public:
 private:
     struct Request {
         int32_t seq = -1;
-        std::vector<int32_t> cached;   // tokens in the draft sequence, in order
+        std::vector<int32_t> cached;   // tokens in the draft sequence, in order (the context's own ids)
     };
     struct Active {
         size_t job;                    // index into the jobs
         size_t outcome;                // index into out
         Request* request;
-        std::vector<int32_t> history;  // context + drafted, for the penalty
+        std::vector<int32_t> history;  // context + drafted as the draft sees them (vocab_.input): fed and penalised
         Rng rng;
         int32_t k;
         bool live = true;
@@ -98,6 +102,7 @@ private:
 
     ForwardBackend* fwd_;
     PagedKvCache* kv_;
+    DraftVocabMap vocab_;              // (a draft model only)
     NgramProposer ngram_;
     Sampler sampler_;
     std::unordered_map<uint64_t, Request> requests_;

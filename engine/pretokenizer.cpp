@@ -245,7 +245,9 @@ const Family& require_family(std::string_view name) {
     if (!family) {
         std::string known;
         for (const std::string& n : PreTokenizer::known_names()) known += (known.empty() ? "" : ", ") + n;
-        throw Error("unknown pre-tokenizer \"" + std::string(name) + "\" (tokenizer.ggml.pre); known: " + known);
+        // llama.cpp refuses such a file too ("unknown pre-tokenizer type"):
+        // guessing would tokenize differently from the model's training.
+        throw Error("unknown pre-tokenizer \"" + std::string(name) + "\" (tokenizer.ggml.pre; llama.cpp refuses it too); known: " + known);
     }
     return *family;
 }

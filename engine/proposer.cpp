@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 
 namespace specd {
 
@@ -33,24 +34,73 @@ void NgramProposer::propose(const ProposeRequest& request, Draft& out) {
 
 // ------------------------------------------------------------- draft model ---
 
+namespace {
+
+// A token text on one line: control bytes escaped (added tokens may hold newlines).
+std::string one_line(const std::string& text) {
+    std::string out;
+    for (const char c : text) {
+        const unsigned char u = static_cast<unsigned char>(c);
+        if (c == '\n') {
+            out += "\\n";
+        } else if (c == '\t') {
+            out += "\\t";
+        } else if (u < 0x20 || u == 0x7f) {
+            static const char* hex = "0123456789abcdef";
+            out += "\\x";
+            out += hex[u >> 4];
+            out += hex[u & 15];
+        } else {
+            out += c;
+        }
+    }
+    return out;
+}
+
+const char* kind_name(VocabKind k) { return k == VocabKind::Spm ? "SPM" : "BPE"; }
+
+}  // namespace
+
 void check_vocab_compatible(const LlamaModel& target, const LlamaModel& draft) {
     const Tokenizer& t = target.tokenizer();
     const Tokenizer& d = draft.tokenizer();
     const std::string where = "draft model " + draft.path() + " cannot draft for " + target.path() + ": ";
-    if (t.n_vocab() != d.n_vocab()) {
-        throw Error(where + "vocabulary sizes differ (" + std::to_string(d.n_vocab()) + " vs " +
-                    std::to_string(t.n_vocab()) + ")");
+    if (t.kind() != d.kind()) {
+        throw Error(where + "vocabulary types differ (draft " + kind_name(d.kind()) + ", target " + kind_name(t.kind()) + ")");
     }
-    if (t.bos_id() != d.bos_id() || t.eos_id() != d.eos_id()) {
-        throw Error(where + "BOS/EOS ids differ (" + std::to_string(d.bos_id()) + "/" + std::to_string(d.eos_id()) +
-                    " vs " + std::to_string(t.bos_id()) + "/" + std::to_string(t.eos_id()) + ")");
+    if (t.add_bos() != d.add_bos() || (t.add_bos() && t.bos_id() != d.bos_id())) {
+        throw Error(where + "BOS differs (draft add_bos " + (d.add_bos() ? "true" : "false") + ", id " + std::to_string(d.bos_id()) +
+                    "; target add_bos " + (t.add_bos() ? "true" : "false") + ", id " + std::to_string(t.bos_id()) + ")");
     }
-    for (int32_t id = 0; id < t.n_vocab(); ++id) {
-        if (t.token_text(id) != d.token_text(id) || t.token_type(id) != d.token_type(id)) {
-            throw Error(where + "token " + std::to_string(id) + " is '" + d.token_text(id) + "' in the draft but '" +
-                        t.token_text(id) + "' in the target");
+    if (t.add_eos() != d.add_eos() || (t.add_eos() && t.eos_id() != d.eos_id())) {
+        throw Error(where + "EOS differs (draft add_eos " + (d.add_eos() ? "true" : "false") + ", id " + std::to_string(d.eos_id()) +
+                    "; target add_eos " + (t.add_eos() ? "true" : "false") + ", id " + std::to_string(t.eos_id()) + ")");
+    }
+    const int32_t diff = std::abs(t.n_vocab() - d.n_vocab());
+    if (diff > kDraftVocabMaxSizeDifference) {
+        throw Error(where + "vocabulary sizes differ by " + std::to_string(diff) + " (draft " + std::to_string(d.n_vocab()) +
+                    ", target " + std::to_string(t.n_vocab()) + "; at most " + std::to_string(kDraftVocabMaxSizeDifference) +
+                    " allowed)");
+    }
+    const int32_t n = std::min(t.n_vocab(), d.n_vocab());
+    for (int32_t id = kDraftVocabCheckStartId; id < n; ++id) {
+        if (t.token_text(id) != d.token_text(id)) {
+            throw Error(where + "token " + std::to_string(id) + " is '" + one_line(d.token_text(id)) + "' in the draft but '" +
+                        one_line(t.token_text(id)) + "' in the target");
         }
     }
+}
+
+DraftVocabMap::DraftVocabMap(const LlamaModel& draft, int32_t target_vocab)
+    : draft_vocab(draft.hparams().n_vocab),
+      limit(target_vocab > 0 ? std::min(target_vocab, draft.hparams().n_vocab) : draft.hparams().n_vocab) {
+    const int32_t unk = draft.tokenizer().unk_id();
+    substitute = unk >= 0 && unk < draft_vocab ? unk : 0;
+}
+
+void DraftVocabMap::map_inputs(std::span<const int32_t> ids, std::vector<int32_t>& out) const {
+    out.clear();
+    for (const int32_t id : ids) out.push_back(input(id));
 }
 
 namespace {
@@ -67,9 +117,9 @@ DraftModelProposer::DraftModelProposer(const LlamaModel& target, const LlamaMode
 
 DraftModelProposer::DraftModelProposer(const LlamaModel& target, std::unique_ptr<ForwardBackend> draft_backend,
                                        int32_t n_ctx)
-    : draft_(draft_backend->model()), fwd_(std::move(draft_backend)) {
-    kv_ = fwd_->make_kv_cache(fwd_->kv_shape(std::min(n_ctx, draft_.hparams().n_ctx_train), 1));
+    : draft_(draft_backend->model()), vocab_(draft_backend->model(), target.hparams().n_vocab), fwd_(std::move(draft_backend)) {
     check_vocab_compatible(target, draft_);
+    kv_ = fwd_->make_kv_cache(fwd_->kv_shape(std::min(n_ctx, draft_.hparams().n_ctx_train), 1));
     cached_.reserve(static_cast<size_t>(n_ctx));
     history_.reserve(static_cast<size_t>(n_ctx));
 }
@@ -81,7 +131,8 @@ std::string DraftModelProposer::name() const {
 void DraftModelProposer::begin(std::span<const int32_t> prompt) {
     end();
     seq_ = kv_->create_sequence();
-    prefill(*fwd_, *kv_, seq_, prompt);
+    vocab_.map_inputs(prompt, history_);
+    prefill(*fwd_, *kv_, seq_, history_);
     cached_.assign(prompt.begin(), prompt.end());
     sampler_.reset();
 }
@@ -113,7 +164,7 @@ void DraftModelProposer::propose(const ProposeRequest& request, Draft& out) {
     if (!sampler_ || sampler_params_.temperature != sp.temperature || sampler_params_.top_k != sp.top_k ||
         sampler_params_.top_p != sp.top_p || sampler_params_.min_p != sp.min_p ||
         sampler_params_.repeat_penalty != sp.repeat_penalty || sampler_params_.repeat_last_n != sp.repeat_last_n) {
-        sampler_ = std::make_unique<Sampler>(sp, fwd_->n_vocab());
+        sampler_ = std::make_unique<Sampler>(sp, vocab_.limit);  // reads only the ids the target has
         sampler_params_ = sp;
     }
     rollback_to(request.context);
@@ -121,12 +172,14 @@ void DraftModelProposer::propose(const ProposeRequest& request, Draft& out) {
     const int32_t k = std::min(request.k, room);
     if (k <= 0) return;
 
+    vocab_.map_inputs(request.context, history_);
     BatchItem item;
     item.seq = seq_;
-    item.tokens = request.context.subspan(cached_.size());
+    item.tokens = std::span<const int32_t>(history_).subspan(cached_.size());
     // Greedy without penalty or p_min needs only the argmax: a backend with
-    // forward_greedy (a GPU) then returns one int instead of the logits.
-    const bool argmax_only = sp.plain_argmax() && !(request.p_min > 0.0f);
+    // forward_greedy (a GPU) then returns one int instead of the logits; not
+    // when the draft has ids the target lacks (its argmax may be one).
+    const bool argmax_only = sp.plain_argmax() && !(request.p_min > 0.0f) && !vocab_.masks();
     int32_t argmax = -1;
     bool have_argmax = false;
     std::span<const float> logits;
@@ -139,10 +192,10 @@ void DraftModelProposer::propose(const ProposeRequest& request, Draft& out) {
         if (!have_argmax) logits = fwd_->forward(*kv_, std::span<const BatchItem>(&item, 1));
     };
     run();
-    cached_.insert(cached_.end(), item.tokens.begin(), item.tokens.end());
-    history_.assign(request.context.begin(), request.context.end());
+    // cached_ holds the context's own ids (rollback compares them), the draft was fed history_'s.
+    cached_.insert(cached_.end(), request.context.begin() + static_cast<std::ptrdiff_t>(cached_.size()), request.context.end());
     const bool greedy = sp.greedy();
-    const int32_t V = fwd_->n_vocab();
+    const int32_t V = vocab_.limit;  // the masked distribution: ids the target has
     for (int32_t i = 0; i < k; ++i) {
         int32_t token;
         if (have_argmax) {
@@ -151,7 +204,7 @@ void DraftModelProposer::propose(const ProposeRequest& request, Draft& out) {
             token = sampler_->sample(logits.data(), history_, *request.rng);
             if (request.p_min > 0.0f) {
                 // Softmax probability of the greedy pick.
-                const float top = logits[static_cast<size_t>(std::max_element(logits.begin(), logits.end()) - logits.begin())];
+                const float top = *std::max_element(logits.begin(), logits.begin() + V);
                 double sum = 0.0;
                 for (int32_t v = 0; v < V; ++v) sum += std::exp(static_cast<double>(logits[static_cast<size_t>(v)] - top));
                 if (1.0 / sum < request.p_min) break;

@@ -62,10 +62,40 @@ private:
     int32_t ngram_min_, ngram_max_;
 };
 
-// Throws specd::Error naming the first difference when a draft model's
-// vocabulary cannot stand in for the target's (size, tokenizer kind, BOS/EOS,
-// token texts).
+// llama.cpp's limits on a draft's vocabulary (common/speculative.cpp), so
+// that the pairs people run there run here: Qwen2.5-0.5B (151,936 rows)
+// drafts for Qwen2.5-32B (152,064; the extra rows are padding).
+inline constexpr int32_t kDraftVocabMaxSizeDifference = 128;  // SPEC_VOCAB_MAX_SIZE_DIFFERENCE
+inline constexpr int32_t kDraftVocabCheckStartId = 5;         // SPEC_VOCAB_CHECK_START_TOKEN_ID
+
+// Throws specd::Error, one line naming the first difference, when a draft
+// model's vocabulary cannot stand in for the target's. llama.cpp's rule
+// (common_speculative_are_compatible): the same vocabulary type, the same
+// add_bos and, when set, the same BOS id; likewise add_eos/EOS; sizes within
+// kDraftVocabMaxSizeDifference; identical token text for every id from
+// kDraftVocabCheckStartId up to the shorter vocabulary's end.
 void check_vocab_compatible(const LlamaModel& target, const LlamaModel& draft);
+
+// How a draft's vocabulary lines up with its target's once
+// check_vocab_compatible passed: the sizes may differ by a few rows.
+// - The draft never proposes an id the target lacks: its logits are read
+//   only below `limit` (a masked draft distribution is still a distribution,
+//   so rejection sampling keeps the target's exactly).
+// - A target id the draft lacks (the target may pick one of its extra rows)
+//   is fed to the draft as `substitute`: the draft only predicts worse after
+//   it; the target's verification keeps the output exact.
+struct DraftVocabMap {
+    int32_t draft_vocab = 0;  // the draft's logit row width (its n_vocab)
+    int32_t limit = 0;        // min(draft, target) n_vocab: ids the draft may propose
+    int32_t substitute = 0;   // the draft's UNK, else id 0
+    DraftVocabMap() = default;
+    // target_vocab 0: the draft's own size (nothing masked or substituted).
+    DraftVocabMap(const LlamaModel& draft, int32_t target_vocab);
+    bool masks() const { return limit < draft_vocab; }
+    int32_t input(int32_t id) const { return id < draft_vocab ? id : substitute; }
+    // out = ids with every id the draft lacks replaced (out cleared first).
+    void map_inputs(std::span<const int32_t> ids, std::vector<int32_t>& out) const;
+};
 
 // A smaller (or quantised) model as the draft: it keeps its own KV sequence,
 // decodes k tokens autoregressively (greedy, or sampling with the request's
@@ -96,11 +126,12 @@ private:
     void rollback_to(std::span<const int32_t> context);
 
     const LlamaModel& draft_;
+    DraftVocabMap vocab_;
     std::unique_ptr<ForwardBackend> fwd_;
     std::unique_ptr<PagedKvCache> kv_;  // made by fwd_: one sequence of the request's context
     int32_t seq_ = -1;
     std::vector<int32_t> cached_;         // tokens in the draft KV sequence, in order
-    std::vector<int32_t> history_;        // context + drafted tokens, for the penalty
+    std::vector<int32_t> history_;        // context + drafted tokens as the draft sees them (vocab_.input), fed and penalised
     std::vector<TokenProb> dist_;         // scratch distribution
     std::unique_ptr<Sampler> sampler_;    // per request, same params as the target
     SamplingParams sampler_params_;

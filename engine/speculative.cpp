@@ -63,10 +63,17 @@ void AcceptanceRule::residual(std::span<const TokenProb> q, std::span<const Toke
                               std::vector<TokenProb>& out) {
     out.clear();
     for (const TokenProb& tp : q) dense_[static_cast<size_t>(tp.id)] = tp.p;
+    // A draft's distribution is zero beyond its own vocabulary (a shorter
+    // draft's sparse list has no entry there); entries at ids the target
+    // lacks (a draft vocabulary longer than the target's, if any slipped
+    // through the mask) have q = 0, where max(0, q - p) is 0: skipped.
+    const size_t n = dense_.size();
     if (p.empty()) {
-        dense_[static_cast<size_t>(token)] -= 1.0f;
+        if (static_cast<size_t>(token) < n) dense_[static_cast<size_t>(token)] -= 1.0f;
     } else {
-        for (const TokenProb& tp : p) dense_[static_cast<size_t>(tp.id)] -= tp.p;
+        for (const TokenProb& tp : p) {
+            if (static_cast<size_t>(tp.id) < n) dense_[static_cast<size_t>(tp.id)] -= tp.p;
+        }
     }
     double sum = 0.0;
     // Only q's support can stay positive.
@@ -79,9 +86,11 @@ void AcceptanceRule::residual(std::span<const TokenProb> q, std::span<const Toke
     }
     for (const TokenProb& tp : q) dense_[static_cast<size_t>(tp.id)] = 0.0f;
     if (p.empty()) {
-        dense_[static_cast<size_t>(token)] = 0.0f;
+        if (static_cast<size_t>(token) < n) dense_[static_cast<size_t>(token)] = 0.0f;
     } else {
-        for (const TokenProb& tp : p) dense_[static_cast<size_t>(tp.id)] = 0.0f;
+        for (const TokenProb& tp : p) {
+            if (static_cast<size_t>(tp.id) < n) dense_[static_cast<size_t>(tp.id)] = 0.0f;
+        }
     }
     if (sum <= 0.0) {
         // q <= p everywhere only if q == p, where rejection has probability 0;

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -21,7 +22,9 @@
 
 #include "actors/runtime.h"
 #include "engine/generate.h"
+#include "support/family_models.h"
 #include "support/models.h"
+#include "support/tiny_model.h"
 
 using namespace specd;
 
@@ -114,6 +117,70 @@ TEST_CASE("one request: prefill, propose, verify, emit, done — greedy output e
         }
     }
     require_pool_empty(rt);
+}
+
+TEST_CASE("a draft whose vocabulary is 128 ids shorter or 64 longer than the target's (llama.cpp's rule) drafts through "
+          "the runtime; greedy output equals plain decoding", "[runtime][draft-vocab]") {
+    // Family models with stories15M's vocabulary: a 3-layer target, and its
+    // first layer as the draft with the last 128 ids cut (as Qwen2.5-0.5B's
+    // 151,936 rows draft for the 32B's 152,064), or 64 padding ids added
+    // that the draft prefers (the draft actor must mask them).
+    const gguf::File vocab = gguf::File::open(test::model_path("stories15M-f32.gguf"));
+    test::FamilyModelSpec target_spec = test::family_preset("llama3");
+    target_spec.layers = 3;
+    const std::string target_path = test::write_family_model(test::temp_path("rt-target.gguf"), target_spec, vocab);
+    struct Cleanup {
+        std::vector<std::string> paths;
+        ~Cleanup() {
+            for (const auto& p : paths) std::filesystem::remove(p);
+        }
+    } cleanup{{target_path}};
+    // Two ids only the target has: the shorter draft is fed its substitute there.
+    const std::vector<int32_t> prompt = {1, 9038, 2501, 263, 931, 31990, 727, 471, 263, 31900, 2217};
+    std::vector<int32_t> expected;
+    {
+        auto model = LlamaModel::load(target_path);
+        ThreadPool pool(2);
+        ForwardPass fwd(*model, pool);
+        PagedKvCache kv(fwd.kv_shape(model->hparams().n_ctx_train, 1));
+        GenerationParams gp;
+        gp.max_tokens = 40;
+        gp.stop_at_eos = false;
+        gp.sampling.temperature = 0.0f;
+        expected = PlainDecoder(fwd, kv).generate(prompt, gp).tokens;
+    }
+    for (const auto& [trim, pad] : {std::pair<int64_t, int64_t>{128, 0}, {0, 64}}) {
+        test::FamilyModelSpec draft_spec = target_spec;
+        draft_spec.layers = 1;
+        draft_spec.vocab_trim = trim;
+        draft_spec.vocab_pad = pad;
+        draft_spec.pad_row_scale = 3.0f;
+        const std::string draft_path =
+            test::write_family_model(test::temp_path("rt-draft-" + std::to_string(trim) + "-" + std::to_string(pad) + ".gguf"), draft_spec, vocab);
+        cleanup.paths.push_back(draft_path);
+        RuntimeConfig c = test_config();
+        c.target_model = target_path;
+        c.draft_model = draft_path;
+        c.require_draft = true;  // a refused pair would fail here instead of serving plainly
+        c.adaptive = false;
+        c.draft_max = 4;
+        StandaloneRuntime host(c);
+        Runtime& rt = host.runtime();
+        CHECK(rt.has_draft_model());
+        for (int i = 0; i < 2; ++i) {
+            generate_request req = greedy_request("v" + std::to_string(i), "", 40);
+            req.prompt_tokens = prompt;
+            req.stop_at_eos = false;
+            req.speculative = 1;
+            GenerateResult r = rt.generate(req);
+            INFO("draft trim " << trim << " pad " << pad << ": " << r.error.message);
+            REQUIRE(r.ok);
+            CHECK(r.tokens == expected);
+            CHECK(r.done.drafted > 0);
+            CHECK(r.done.accepted > 0);
+        }
+        require_pool_empty(rt);
+    }
 }
 
 TEST_CASE("pipelined drafting (draft t+1 while t verifies): greedy outputs equal plain decoding, alone and concurrent",

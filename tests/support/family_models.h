@@ -14,6 +14,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <random>
@@ -55,6 +56,14 @@ struct FamilyModelSpec {
     // rope.scaling.attn_factor and original_context_length (= ctx / 4).
     bool long_rope = false;
     TensorType matrix_type = TensorType::F32;  // F32 or F16 for the 2-D weights; norms, biases and factors stay F32
+    // The vocabulary a sibling of another size has (llama.cpp lets target and
+    // draft differ by up to 128 rows): the last vocab_trim tokens dropped, or
+    // vocab_pad tokens "[PAD<id>]" of type UNUSED appended (as llama.cpp's
+    // converter pads Qwen's vocabulary to the embedding's rows). Rows shared
+    // with the unchanged spec keep their weights.
+    int64_t vocab_trim = 0;
+    int64_t vocab_pad = 0;
+    float pad_row_scale = 1.0f;     // the padded rows of token_embd / output scaled by this (> 1: the model picks them often)
     uint32_t seed = 1;
     float later_layer_scale = 0.5f; // layers >= 1 scaled by this (so a 1-layer cut is a fair draft)
 };
@@ -150,12 +159,45 @@ inline std::vector<float> llama3_rope_factors(int64_t rope_dim, float base) {
     return out;
 }
 
+// Where tools/fetch-llama-cpp-vocab.sh keeps llama.cpp's vocab-only files
+// ($SPECD_LLAMA_VOCAB_DIR, else the user's cache): ggml-vocab-NAME.gguf.
+inline std::string llama_cpp_vocab_path(const std::string& name) {
+    std::string dir;
+    if (const char* env = std::getenv("SPECD_LLAMA_VOCAB_DIR"); env && *env) {
+        dir = env;
+    } else if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) {
+        dir = std::string(xdg) + "/specd/llama-cpp-vocab-3.22.1";
+    } else if (const char* home = std::getenv("HOME"); home && *home) {
+        dir = std::string(home) + "/.cache/specd/llama-cpp-vocab-3.22.1";
+    }
+    return dir + "/ggml-vocab-" + name + ".gguf";
+}
+
+// tokenizer.ggml.{tokens,scores,token_type} cut or padded as spec.vocab_trim
+// / vocab_pad say; other values unchanged.
+inline gguf::Value resized_vocab_array(const std::string& key, gguf::Value v, const FamilyModelSpec& spec) {
+    if (key != "tokenizer.ggml.tokens" && key != "tokenizer.ggml.scores" && key != "tokenizer.ggml.token_type") return v;
+    if (spec.vocab_trim > 0) v.array.resize(v.array.size() - static_cast<size_t>(spec.vocab_trim));
+    for (int64_t i = 0; i < spec.vocab_pad; ++i) {
+        const int64_t id = static_cast<int64_t>(v.array.size());
+        if (key == "tokenizer.ggml.tokens") {
+            v.array.push_back(gguf::Value::str("[PAD" + std::to_string(id) + "]"));
+        } else if (key == "tokenizer.ggml.scores") {
+            v.array.push_back(gguf::Value::f32(-1000.0f));
+        } else {
+            v.array.push_back(gguf::Value::i32(5));  // LLAMA_TOKEN_TYPE_UNUSED
+        }
+    }
+    return v;
+}
+
 // Writes `spec` to `path` with the tokenizer.* keys of `vocab` and returns
-// path. The vocabulary's size sets n_vocab.
+// path. The vocabulary's size (after vocab_trim / vocab_pad) sets n_vocab.
 inline std::string write_family_model(const std::string& path, const FamilyModelSpec& spec, const gguf::File& vocab) {
     const int64_t hd = spec.head_dim ? spec.head_dim : spec.dim / spec.heads;
     const int64_t q_dim = spec.heads * hd, kv_dim = spec.kv_heads * hd;
-    const int64_t n_vocab = static_cast<int64_t>(vocab.get_string_array("tokenizer.ggml.tokens").size());
+    const int64_t n_vocab =
+        static_cast<int64_t>(vocab.get_string_array("tokenizer.ggml.tokens").size()) - spec.vocab_trim + spec.vocab_pad;
     const std::string a = spec.arch + ".";
     gguf::Writer w;
     w.set("general.architecture", gguf::Value::str(spec.arch));
@@ -188,7 +230,7 @@ inline std::string write_family_model(const std::string& path, const FamilyModel
     }
     if (spec.logit_softcap > 0.0f) w.set(a + "final_logit_softcapping", gguf::Value::f32(spec.logit_softcap));
     for (const auto& [key, value] : vocab.metadata()) {
-        if (key.rfind("tokenizer.", 0) == 0) w.set(key, value);
+        if (key.rfind("tokenizer.", 0) == 0) w.set(key, resized_vocab_array(key, value, spec));
     }
 
     std::vector<std::vector<uint8_t>> storage;  // keeps every tensor's bytes alive until write()
@@ -217,7 +259,11 @@ inline std::string write_family_model(const std::string& path, const FamilyModel
         w.add_tensor(name, std::move(ne), type, storage.back().data(), storage.back().size());
     };
     auto matrix = [&](const std::string& name, int64_t cols, int64_t rows, float scale) {
-        add(name, {cols, rows}, draw(name, cols * rows, 0.0f, scale), spec.matrix_type);
+        std::vector<float> v = draw(name, cols * rows, 0.0f, scale);
+        if (rows == n_vocab && spec.vocab_pad > 0 && (name == "token_embd.weight" || name == "output.weight")) {
+            for (size_t i = static_cast<size_t>((n_vocab - spec.vocab_pad) * cols); i < v.size(); ++i) v[i] *= spec.pad_row_scale;
+        }
+        add(name, {cols, rows}, v, spec.matrix_type);
     };
     auto vector = [&](const std::string& name, int64_t n, float mean, float scale) {
         add(name, {n}, draw(name, n, mean, scale), TensorType::F32);

@@ -10,6 +10,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "config/runtime_config.h"
+#include "engine/context_plan.h"
 #include "engine/error.h"
 #include "engine/generate.h"
 #include "engine/membw.h"
@@ -40,10 +42,22 @@ void check_threads(int32_t threads) {
     if (threads < 1 || threads > 512) throw Error("-t/--threads must be in 1..512, got " + std::to_string(threads));
 }
 
-int32_t resolve_ctx(int32_t requested, const LlamaModel& model) {
+// 0: the trained length, capped by what KV_CACHE_RATIO's default share of
+// the available RAM holds for this one sequence (engine/context_plan.h; a
+// 128k-token model on a small machine would not fit its KV cache).
+int32_t resolve_ctx(int32_t requested, const LlamaModel& model, const std::string& cache_type) {
     const int32_t train = model.hparams().n_ctx_train;
     if (requested < 0) throw Error("-c/--ctx-size must be >= 0, got " + std::to_string(requested));
-    if (requested == 0) return train;
+    if (requested == 0) {
+        ContextInputs in;
+        in.n_ctx_train = train;
+        in.kv_cache_ratio = RuntimeConfig{}.kv_cache_ratio;
+        in.budget_bytes = available_memory_bytes();
+        in.kv_bytes_per_token = kv_bytes_per_token(model, tensor_type_from_name(cache_type).value_or(TensorType::F16));
+        in.max_sequences = 1;
+        in.kv_type = cache_type;
+        return plan_context(in).n_ctx;
+    }
     if (requested > train) {
         throw Error("-c/--ctx-size " + std::to_string(requested) + " exceeds the model's context_length " +
                     std::to_string(train));
@@ -58,7 +72,7 @@ void run_generate(const GenerateOptions& o) {
     // Before loading anything: a refused --device cuda fails at once.
     const gpu::BackendChoice device = choose_device(o.device);
     const std::unique_ptr<LlamaModel> model = LlamaModel::load(o.model);
-    const int32_t n_ctx = resolve_ctx(o.ctx, *model);
+    const int32_t n_ctx = resolve_ctx(o.ctx, *model, o.cache_type);
     const Tokenizer& tok = model->tokenizer();
     const std::vector<int32_t> prompt = tok.encode(o.prompt, tok.add_bos() && !o.no_bos);
     check_prompt_fits(prompt.size(), n_ctx);
@@ -286,7 +300,7 @@ void register_generate_commands(CLI::App& app) {
     g->add_option("-p,--prompt", gen->prompt, "prompt text")->capture_default_str();
     g->add_option("-n,--n-predict", gen->n_predict, "tokens to generate")->capture_default_str();
     g->add_option("-t,--threads", gen->threads, "threads")->capture_default_str();
-    g->add_option("-c,--ctx-size", gen->ctx, "context size; 0 = the model's")->capture_default_str();
+    g->add_option("-c,--ctx-size", gen->ctx, "context size; 0 = the model's trained length, capped by what KV_CACHE_RATIO of the available RAM holds")->capture_default_str();
     g->add_flag("--json", gen->json, "print one JSON object instead of streaming text");
     g->add_flag("--no-bos", gen->no_bos, "do not prepend BOS");
     g->add_option("--cache-type", gen->cache_type, "the target's KV cache elements on the CPU: f16 (half the memory, the default) or f32 (exact)")

@@ -6,9 +6,13 @@
 #include <optional>
 #include <string>
 
+#include "config/runtime_config.h"
+#include "engine/context_plan.h"
 #include "engine/error.h"
 #include "engine/gguf.h"
+#include "engine/model.h"
 #include "engine/model_convert.h"
+#include "engine/model_summary.h"
 #include "engine/tensor_type.h"
 #include "tools/specd/commands.h"
 
@@ -56,9 +60,57 @@ void run_quantize(const QuantizeOptions& o) {
                  stats.n_converted, stats.n_tensors, tensor_type_name(*type), seconds_since(start));
 }
 
-void run_info(const std::string& model) {
-    const std::string text = describe_model(gguf::File::open(model));
-    std::fwrite(text.data(), 1, text.size(), stdout);
+struct InfoOptions {
+    std::string model;
+    std::string draft;   // its KV counts toward the default context, as in `serve`
+    bool brief = false;  // the summary only, without the metadata and tensor table
+};
+
+// The context `serve` would choose with ctx_size 0 on this machine's RAM,
+// with the environment's KV_CACHE_RATIO, SPECD_MAX_SESSIONS, SPECD_KV_CACHE_TYPE
+// and SPECD_MEMORY_BUDGET (the CPU backend's budget).
+ContextPlan default_context(const LlamaModel& model, const LlamaModel* draft) {
+    ConfigLoader loader;
+    loader.load_environment();
+    const RuntimeConfig& rc = loader.config();
+    const TensorType kv_type = tensor_type_from_name(rc.kv_cache_type).value_or(TensorType::F16);
+    int64_t token_bytes = kv_bytes_per_token(model, kv_type);
+    if (draft) token_bytes += kv_bytes_per_token(*draft, kv_type);
+    ContextInputs in;
+    in.requested = 0;
+    in.n_ctx_train = model.hparams().n_ctx_train;
+    in.kv_cache_ratio = rc.kv_cache_ratio;
+    in.budget_bytes = rc.memory_budget_bytes > 0 ? rc.memory_budget_bytes : available_memory_bytes();
+    in.kv_bytes_per_token = token_bytes;
+    in.max_sequences = rc.max_sequences;
+    in.kv_type = rc.kv_cache_type + (draft ? ", target + draft" : ", this model alone");
+    return plan_context(in);
+}
+
+// A file that is GGUF but not a model specd runs (an unsupported
+// architecture, a missing tensor, ...) still gets its metadata and tensor
+// table, then the one-line error and exit 1.
+void run_info(const InfoOptions& o) {
+    const gguf::File file = gguf::File::open(o.model);
+    std::unique_ptr<LlamaModel> model;
+    std::string load_error;
+    try {
+        model = LlamaModel::load(o.model);
+    } catch (const Error& e) {
+        load_error = e.what();
+    }
+    if (model) {
+        std::unique_ptr<LlamaModel> draft;
+        if (!o.draft.empty()) draft = LlamaModel::load(o.draft);
+        const std::string text = summarize_model(*model, default_context(*model, draft.get()));
+        std::fwrite(text.data(), 1, text.size(), stdout);
+    }
+    if (!o.brief) {
+        const std::string text = describe_model(file);
+        std::fwrite(text.data(), 1, text.size(), stdout);
+    }
+    std::fflush(stdout);
+    if (!load_error.empty()) throw Error(load_error);
 }
 
 }  // namespace
@@ -80,10 +132,14 @@ void register_model_commands(CLI::App& app) {
     quantize_cmd->add_option("type", quantize->type, std::string("target type: ") + kQuantizeTypes)->required();
     quantize_cmd->callback([quantize] { run_quantize(*quantize); });
 
-    auto info_model = std::make_shared<std::string>();
-    CLI::App* info_cmd = app.add_subcommand("info", "Print a GGUF file's metadata and tensor table");
-    info_cmd->add_option("model", *info_model, "GGUF file")->required();
-    info_cmd->callback([info_model] { run_info(*info_model); });
+    auto info = std::make_shared<InfoOptions>();
+    CLI::App* info_cmd = app.add_subcommand(
+        "info", "Summarise a model (architecture, size, attention, context, RoPE, vocabulary, chat template, tensor types), "
+                "then print its GGUF metadata and tensor table");
+    info_cmd->add_option("model", info->model, "GGUF file")->required();
+    info_cmd->add_option("--model-draft", info->draft, "a draft model (also -md): its KV counts toward the default context, as in serve");
+    info_cmd->add_flag("--brief", info->brief, "the summary only, without the metadata and tensor table");
+    info_cmd->callback([info] { run_info(*info); });
 }
 
 }  // namespace specd::cli
