@@ -99,8 +99,8 @@ struct cluster_state {
 using cluster_ptr = cluster_actor::stateful_pointer<cluster_state>;
 
 template <class Replica>
-void mark_down(Replica& r, const std::string& role, const std::string& why) {
-    if (r.up) log::warn("node down", {{"node", r.address}, {"role", role}, {"error", why}});
+void mark_down(Replica& r, NodeRole role, const std::string& why) {
+    if (r.up) log::warn("node down", {{"node", r.address}, {"role", node_role_name(role)}, {"error", why}});
     r.up = false;
     r.last_error = why;
 }
@@ -128,11 +128,11 @@ void cluster_connect(cluster_ptr self, const std::shared_ptr<RuntimeShared>& rt,
             auto& r = rt->targets[index];
             r.connecting = false;
             if (r.last_error != why) log::debug("node unreachable", {{"node", r.address}, {"error", why}});
-            mark_down(r, "target", why);
+            mark_down(r, NodeRole::target, why);
         } else {
             auto& r = rt->drafts[index];
             r.connecting = false;
-            mark_down(r, "draft", why);
+            mark_down(r, NodeRole::draft, why);
         }
     };
     auto mm = self->system().middleman().actor_handle();
@@ -144,8 +144,9 @@ void cluster_connect(cluster_ptr self, const std::shared_ptr<RuntimeShared>& rt,
                 self->request(node, timeout, hello_atom::value)
                     .then(
                         [self, rt, target, index, failed, node](node_hello& h) {
-                            const std::string want = target ? "target" : "draft";
-                            if (h.role != want) return failed("it is a " + h.role + " node, listed as a " + want + " node");
+                            const NodeRole want = target ? NodeRole::target : NodeRole::draft;
+                            if (node_role_from_name(h.role) != want)
+                                return failed("it is a " + h.role + " node, listed as a " + node_role_name(want) + " node");
                             const int32_t n_vocab = rt->target->tokenizer().n_vocab();
                             if (h.n_vocab != n_vocab)
                                 return failed("its model " + h.model + " has " + std::to_string(h.n_vocab) + " tokens; the gateway's has " +
@@ -211,7 +212,7 @@ void cluster_check(cluster_ptr self, const std::shared_ptr<RuntimeShared>& rt) {
                 },
                 [self, rt, i = i](caf::error& e) {
                     std::lock_guard<std::mutex> lock(rt->mu);
-                    mark_down(rt->targets[i], "target", "health check: " + self->system().render(e));
+                    mark_down(rt->targets[i], NodeRole::target, "health check: " + self->system().render(e));
                 });
     }
     for (auto& [i, node] : drafts) {
@@ -219,7 +220,7 @@ void cluster_check(cluster_ptr self, const std::shared_ptr<RuntimeShared>& rt) {
             .then([](node_hello&) {},
                   [self, rt, i = i](caf::error& e) {
                       std::lock_guard<std::mutex> lock(rt->mu);
-                      mark_down(rt->drafts[i], "draft", "health check: " + self->system().render(e));
+                      mark_down(rt->drafts[i], NodeRole::draft, "health check: " + self->system().render(e));
                   });
     }
 }
@@ -230,9 +231,9 @@ cluster_actor::behavior_type cluster_fun(cluster_ptr self, std::shared_ptr<Runti
         std::lock_guard<std::mutex> lock(rt->mu);
         for (auto& r : rt->targets)
             if (r.up && (dm.source == r.verifier.address() || dm.source == r.kv.address() || dm.source == r.node.address()))
-                mark_down(r, "target", why);
+                mark_down(r, NodeRole::target, why);
         for (auto& r : rt->drafts)
-            if (r.up && (dm.source == r.drafter.address() || dm.source == r.node.address())) mark_down(r, "draft", why);
+            if (r.up && (dm.source == r.drafter.address() || dm.source == r.node.address())) mark_down(r, NodeRole::draft, why);
     });
     self->send(self, tick_atom::value);
     return {
@@ -242,9 +243,10 @@ cluster_actor::behavior_type cluster_fun(cluster_ptr self, std::shared_ptr<Runti
             self->delayed_send(self, std::chrono::milliseconds(rt->config.health_interval_ms), tick_atom::value);
         },
         [self, rt](join_atom, const std::string& role, const std::string& host, uint16_t port) {
-            if (role != "target" && role != "draft") return;
+            const std::optional<NodeRole> as = node_role_from_name(role);
+            if (!as) return;
             log::info("node asks to join", {{"node", host + ":" + std::to_string(port)}, {"role", role}});
-            cluster_add(rt, role == "target", NodeAddress{host, port});
+            cluster_add(rt, *as == NodeRole::target, NodeAddress{host, port});
             cluster_check(self, rt);
         },
     };

@@ -14,7 +14,7 @@ node_actor::behavior_type node_fun(node_actor::pointer, std::shared_ptr<RuntimeS
     return {
         [rt](hello_atom) -> node_hello {
             node_hello h;
-            h.role = rt->node_role;
+            h.role = node_role_name(rt->node_role);
             h.model = rt->config.effective_model_name();
             const LlamaModel& m = rt->target ? *rt->target : *rt->draft;
             h.n_vocab = m.tokenizer().n_vocab();
@@ -36,7 +36,7 @@ std::unique_ptr<Node> Node::start(caf::actor_system& system, const RuntimeConfig
     if (!system.has_middleman())
         throw Error("a node needs CAF's network layer: call specd::configure_network(cfg) before creating the actor system");
     auto rt = build_shared(system, config, role == NodeRole::target ? Build::target_node : Build::draft_node);
-    rt->node_role = role == NodeRole::target ? "target" : "draft";
+    rt->node_role = role;
     if (role == NodeRole::target) {
         spawn_verifier(rt);
         rt->kv = spawn_kv_manager(rt);
@@ -66,7 +66,7 @@ void Node::join(const std::string& gateway_host, uint16_t gateway_port, const st
     if (!gateway)
         throw Error("cannot reach the gateway's cluster port " + gateway_host + ":" + std::to_string(gateway_port) + ": " +
                     system_->render(gateway.error()));
-    caf::anon_send(*gateway, join_atom::value, shared_->node_role, advertised_host, port_);
+    caf::anon_send(*gateway, join_atom::value, std::string(node_role_name(shared_->node_role)), advertised_host, port_);
 }
 
 void Node::stop() {

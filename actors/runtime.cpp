@@ -151,9 +151,9 @@ std::vector<NodeStatus> Runtime::cluster() const {
     std::vector<NodeStatus> out;
     std::lock_guard<std::mutex> lock(shared_->mu);
     for (const auto& r : shared_->targets)
-        out.push_back(NodeStatus{r.address, "target", r.up, r.sessions, r.served, r.kv_free, r.kv_blocks, r.waiting, r.joins, r.last_error});
+        out.push_back(NodeStatus{r.address, node_role_name(NodeRole::target), r.up, r.sessions, r.served, r.kv_free, r.kv_blocks, r.waiting, r.joins, r.last_error});
     for (const auto& r : shared_->drafts)
-        out.push_back(NodeStatus{r.address, "draft", r.up, r.sessions, r.served, 0, 0, 0, r.joins, r.last_error});
+        out.push_back(NodeStatus{r.address, node_role_name(NodeRole::draft), r.up, r.sessions, r.served, 0, 0, 0, r.joins, r.last_error});
     return out;
 }
 

@@ -101,7 +101,7 @@ struct RuntimeShared {
     std::vector<DraftReplica> drafts;    // guarded by mu
     cluster_actor cluster;
     uint16_t cluster_port = 0;
-    std::string node_role;         // a `specd node`: "target" or "draft"
+    NodeRole node_role = NodeRole::target;  // a `specd node`: which one
 
     verifier_actor current_verifier() const {
         std::lock_guard<std::mutex> lock(mu);

@@ -11,9 +11,11 @@
 #include <string>
 #include <vector>
 
+#include "actors/error_code.h"
 #include "actors/placement.h"
 #include "actors/runtime_shared.h"
 #include "actors/wire.h"
+#include "engine/error.h"
 #include "engine/utf8.h"
 
 namespace specd {
@@ -81,10 +83,10 @@ void session_end(session_ptr self) {
     self->quit();  // the exit functor releases the KV blocks and the draft sequence
 }
 
-void session_fail(session_ptr self, std::string code, std::string message) {
+void session_fail(session_ptr self, ErrorCode code, std::string message) {
     auto& s = self->state;
     if (s.ended) return;
-    s.sink.error(error_event{s.id, std::move(code), std::move(message)});
+    s.sink.error(error_event{s.id, error_code_name(code), std::move(message)});
     session_end(self);
 }
 
@@ -158,7 +160,7 @@ void session_target_lost(session_ptr self, const std::string& why) {
             return session_acquire(self);
         }
     }
-    session_fail(self, "unavailable", "target node " + address + " was lost (" + why + ") after " +
+    session_fail(self, ErrorCode::unavailable, "target node " + address + " was lost (" + why + ") after " +
                                           std::to_string(s.core->output().size()) + " streamed tokens; retry the request");
 }
 
@@ -186,7 +188,7 @@ void session_on_result(session_ptr self, verify_result& r, bool prefill) {
     s.running_ahead = r.continued;
     if (!r.ok) {
         if (s.rt->clustered && !r.kv_full) return session_target_lost(self, r.error);
-        return session_fail(self, r.kv_full ? "overloaded" : "internal", r.error);
+        return session_fail(self, r.kv_full ? ErrorCode::overloaded : ErrorCode::internal, r.error);
     }
     VerifyOutcome o = verify_outcome_from_result(r);
     if (prefill) {
@@ -236,7 +238,7 @@ void session_run_job(session_ptr self, VerifyJob job, int32_t run_ahead) {
             auto& s = self->state;
             if (s.ended || epoch != s.verify_epoch) return;
             if (s.rt->clustered) return session_target_lost(self, self->system().render(e));
-            session_fail(self, "internal", "the verifier failed: " + self->system().render(e));
+            session_fail(self, ErrorCode::internal, "the verifier failed: " + self->system().render(e));
         });
 }
 
@@ -375,7 +377,7 @@ void session_acquire(session_ptr self) {
         [self, epoch](kv_grant& g) {
             auto& s = self->state;
             if (s.ended || epoch != s.verify_epoch) return;
-            if (!g.ok) return session_fail(self, "overloaded", g.error);
+            if (!g.ok) return session_fail(self, ErrorCode::overloaded, g.error);
             s.kv_held = true;
             // A plain request runs ahead from its first token; a
             // speculative one drafts after it (run_ahead_limit() is 0).
@@ -385,32 +387,32 @@ void session_acquire(session_ptr self) {
             auto& s = self->state;
             if (s.ended || epoch != s.verify_epoch) return;
             if (s.rt->clustered) return session_target_lost(self, self->system().render(e));
-            session_fail(self, "internal", "the KV cache manager failed: " + self->system().render(e));
+            session_fail(self, ErrorCode::internal, "the KV cache manager failed: " + self->system().render(e));
         });
 }
 
 void session_start(session_ptr self, generate_request& req) {
     auto& s = self->state;
     const RuntimeShared& rt = *s.rt;
-    if (rt.draining) return session_fail(self, "draining", "the server is shutting down; retry on another instance");
+    if (rt.draining) return session_fail(self, ErrorCode::draining, "the server is shutting down; retry on another instance");
     if (!req.model.empty() && req.model != rt.config.effective_model_name())
-        return session_fail(self, "unknown_model", "unknown model \"" + utf8_excerpt(req.model, 100) + "\"; this server has \"" +
+        return session_fail(self, ErrorCode::unknown_model, "unknown model \"" + utf8_excerpt(req.model, 100) + "\"; this server has \"" +
                                                        rt.config.effective_model_name() + "\"");
     std::vector<int32_t> prompt = req.prompt_tokens;
     const Tokenizer& tok = rt.target->tokenizer();
     if (prompt.empty()) {
-        if (req.prompt.empty()) return session_fail(self, "invalid_request", "the prompt is empty");
+        if (req.prompt.empty()) return session_fail(self, ErrorCode::invalid_request, "the prompt is empty");
         prompt = tok.encode(req.prompt, true, req.parse_special);
     }
     for (int32_t t : prompt) {
         if (t < 0 || t >= tok.n_vocab())
-            return session_fail(self, "invalid_request", "prompt token " + std::to_string(t) + " is outside the vocabulary");
+            return session_fail(self, ErrorCode::invalid_request, "prompt token " + std::to_string(t) + " is outside the vocabulary");
     }
     if (req.sampling.temperature < 0.0f)
-        return session_fail(self, "invalid_request", "temperature must be >= 0 (0: greedy), got " + std::to_string(req.sampling.temperature));
-    if (req.max_tokens < 1) return session_fail(self, "invalid_request", "max_tokens must be >= 1, got " + std::to_string(req.max_tokens));
+        return session_fail(self, ErrorCode::invalid_request, "temperature must be >= 0 (0: greedy), got " + std::to_string(req.sampling.temperature));
+    if (req.max_tokens < 1) return session_fail(self, ErrorCode::invalid_request, "max_tokens must be >= 1, got " + std::to_string(req.max_tokens));
     if (static_cast<int64_t>(prompt.size()) + req.max_tokens > rt.n_ctx && static_cast<int32_t>(prompt.size()) >= rt.n_ctx)
-        return session_fail(self, "context_exceeded", "the prompt has " + std::to_string(prompt.size()) + " tokens; the context holds " +
+        return session_fail(self, ErrorCode::context_exceeded, "the prompt has " + std::to_string(prompt.size()) + " tokens; the context holds " +
                                                           std::to_string(rt.n_ctx));
     GenerationParams gp;
     gp.max_tokens = req.max_tokens;
@@ -425,9 +427,10 @@ void session_start(session_ptr self, generate_request& req) {
     load_policy.probe = &s.rt->step_probe;
     try {
         s.core = std::make_unique<SessionCore>(tok, std::move(prompt), gp, sp, speculative, rt.n_ctx, load_policy);
+    } catch (const ContextError& e) {
+        return session_fail(self, ErrorCode::context_exceeded, e.what());
     } catch (const Error& e) {
-        const std::string what = e.what();
-        return session_fail(self, what.find("context") != std::string::npos ? "context_exceeded" : "invalid_request", what);
+        return session_fail(self, ErrorCode::invalid_request, e.what());
     }
     if (s.core->speculative()) {
         std::lock_guard<std::mutex> lock(s.rt->learned_mu);
@@ -437,7 +440,7 @@ void session_start(session_ptr self, generate_request& req) {
 
     s.pipelined = rt.pipeline;
     if (!place_target(*s.rt, *s.place, -1))
-        return session_fail(self, "unavailable", "no target node is reachable (" + rt.config.target_nodes + "); retry later");
+        return session_fail(self, ErrorCode::unavailable, "no target node is reachable (" + rt.config.target_nodes + "); retry later");
     if (s.core->speculative()) place_draft(*s.rt, *s.place);
     if (rt.clustered) {
         // A node that dies sends a down message at once (TCP reset); one
@@ -480,7 +483,7 @@ session_actor::behavior_type session_fun(session_ptr self, std::shared_ptr<Runti
     try {
         session_start(self, req);
     } catch (const std::exception& e) {
-        session_fail(self, "internal", e.what());
+        session_fail(self, ErrorCode::internal, e.what());
     }
     return {
         // A plain step the verifier ran ahead (its result comes after the
@@ -498,7 +501,7 @@ session_actor::behavior_type session_fun(session_ptr self, std::shared_ptr<Runti
             session_flush(self);
         },
         [self](timeout_atom) {
-            session_fail(self, "timeout", "the request's deadline passed before it finished");
+            session_fail(self, ErrorCode::timeout, "the request's deadline passed before it finished");
         },
     };
 }

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "engine/forward.h"
+
 namespace specd {
 
 // ------------------------------------------------------------------ n-gram ---

@@ -20,6 +20,7 @@
 #include <caf/scheduler/coordinator.hpp>
 
 #include "actors/runtime.h"
+#include "engine/forward.h"
 #include "engine/generate.h"
 #include "support/models.h"
 
