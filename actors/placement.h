@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "actors/interfaces.h"
@@ -12,12 +13,14 @@
 namespace specd {
 
 struct RuntimeShared;
+struct ReplicaLoad;
 
 // Where a session runs: its target replica (verifier + KV manager) and its
 // draft. In one process both are the local actors.
 struct Placement {
-    int32_t target = -1;                  // index into RuntimeShared::targets (-1: local)
-    int32_t draft = -1;                   // index into RuntimeShared::drafts (-1: local or none)
+    int32_t target = -1;                  // index into ReplicaTables::targets (-1: local)
+    int32_t draft = -1;                   // index into ReplicaTables::drafts (-1: local or none)
+    std::shared_ptr<ReplicaLoad> target_load, draft_load;  // where this session is counted (null: local)
     verifier_actor verifier;
     kv_manager_actor kv;
     draft_actor drafter;                  // invalid: no draft (plain decoding)

@@ -42,8 +42,10 @@ std::unique_ptr<Runtime> Runtime::create(caf::actor_system& system, const Runtim
     // Nodes key sequences by request id, and several gateways may share
     // them: each gateway numbers its requests from a random 32-bit prefix.
     rt->next_request = (static_cast<uint64_t>(std::random_device{}()) << 32) | 1u;
-    for (const NodeAddress& a : parse_node_list(config.target_nodes, "target_nodes")) cluster_add(rt, true, a);
-    for (const NodeAddress& a : parse_node_list(config.draft_nodes, "draft_nodes")) cluster_add(rt, false, a);
+    ReplicaTables listed;
+    for (const NodeAddress& a : parse_node_list(config.target_nodes, "target_nodes")) cluster_add(listed, true, a);
+    for (const NodeAddress& a : parse_node_list(config.draft_nodes, "draft_nodes")) cluster_add(listed, false, a);
+    rt->replicas.store(std::make_shared<const ReplicaTables>(std::move(listed)));
     rt->cluster = spawn_cluster(rt);
     if (config.cluster_port >= 0) {
         auto port = system.middleman().publish(rt->cluster, static_cast<uint16_t>(config.cluster_port), config.host.c_str(), true);
@@ -59,11 +61,9 @@ std::unique_ptr<Runtime> Runtime::create(caf::actor_system& system, const Runtim
     const double deadline = now_ms() + std::max(2000, config.health_interval_ms);
     while (now_ms() < deadline) {
         bool all = true;
-        {
-            std::lock_guard<std::mutex> lock(rt->mu);
-            for (auto& r : rt->targets) all = all && (r.up || (!r.connecting && r.last_error != "not connected yet"));
-            for (auto& r : rt->drafts) all = all && (r.up || (!r.connecting && r.last_error != "not connected yet"));
-        }
+        const std::shared_ptr<const ReplicaTables> tables = rt->replicas.load();
+        for (auto& r : tables->targets) all = all && (r.up || (!r.connecting && r.last_error != "not connected yet"));
+        for (auto& r : tables->drafts) all = all && (r.up || (!r.connecting && r.last_error != "not connected yet"));
         if (all) break;
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
@@ -115,12 +115,12 @@ runtime_stats Runtime::stats() {
     runtime_stats out;
     if (shared_->clustered) {
         // The targets' figures from their last health check, summed.
-        std::lock_guard<std::mutex> lock(shared_->mu);
-        for (const auto& r : shared_->targets) {
+        const std::shared_ptr<const ReplicaTables> tables = shared_->replicas.load();
+        for (const auto& r : tables->targets) {
             if (!r.up) continue;
             out.kv_target_blocks += r.kv_blocks;
             out.kv_target_free += r.kv_free;
-            out.running += r.sessions;
+            out.running += r.load->sessions;
             out.waiting += r.waiting;
         }
         return out;
@@ -143,17 +143,18 @@ std::string Runtime::chat_template_text() const {
 }
 int32_t Runtime::n_ctx() const { return shared_->n_ctx; }
 bool Runtime::has_draft_model() const {
-    std::lock_guard<std::mutex> lock(shared_->mu);
-    return shared_->draft != nullptr || !shared_->drafts.empty();
+    return shared_->draft != nullptr || !shared_->replicas.load()->drafts.empty();
 }
 
 std::vector<NodeStatus> Runtime::cluster() const {
     std::vector<NodeStatus> out;
-    std::lock_guard<std::mutex> lock(shared_->mu);
-    for (const auto& r : shared_->targets)
-        out.push_back(NodeStatus{r.address, node_role_name(NodeRole::target), r.up, r.sessions, r.served, r.kv_free, r.kv_blocks, r.waiting, r.joins, r.last_error});
-    for (const auto& r : shared_->drafts)
-        out.push_back(NodeStatus{r.address, node_role_name(NodeRole::draft), r.up, r.sessions, r.served, 0, 0, 0, r.joins, r.last_error});
+    const std::shared_ptr<const ReplicaTables> tables = shared_->replicas.load();
+    for (const auto& r : tables->targets)
+        out.push_back(NodeStatus{r.address, node_role_name(NodeRole::target), r.up, r.load->sessions, r.load->served, r.kv_free, r.kv_blocks,
+                                 r.waiting, r.joins, r.last_error});
+    for (const auto& r : tables->drafts)
+        out.push_back(NodeStatus{r.address, node_role_name(NodeRole::draft), r.up, r.load->sessions, r.load->served, 0, 0, 0, r.joins,
+                                 r.last_error});
     return out;
 }
 

@@ -26,7 +26,15 @@
 
 namespace specd {
 
-// A target node as the gateway sees it; guarded by RuntimeShared::mu.
+// How many of this gateway's sessions run on a replica: changed by the
+// sessions as they place themselves (under RuntimeShared::placement_mu),
+// shared by every snapshot of the tables.
+struct ReplicaLoad {
+    std::atomic<int32_t> sessions{0};     // this gateway's requests on it
+    std::atomic<int64_t> served{0};       // requests placed on it so far
+};
+
+// A target node as the gateway sees it.
 struct TargetReplica {
     NodeAddress address_parts;
     std::string address;                  // host:port
@@ -35,11 +43,10 @@ struct TargetReplica {
     kv_manager_actor kv;
     bool up = false;
     bool connecting = false;              // a connect is in flight
-    int32_t sessions = 0;                 // this gateway's requests on it
-    int64_t served = 0;
     int32_t kv_free = 0, kv_blocks = 0, waiting = 0;   // from its last health check
     int32_t joins = 0;
     std::string last_error;
+    std::shared_ptr<ReplicaLoad> load = std::make_shared<ReplicaLoad>();
 };
 
 struct DraftReplica {
@@ -49,10 +56,18 @@ struct DraftReplica {
     draft_actor drafter;
     bool up = false;
     bool connecting = false;
-    int32_t sessions = 0;
-    int64_t served = 0;
     int32_t joins = 0;
     std::string last_error;
+    std::shared_ptr<ReplicaLoad> load = std::make_shared<ReplicaLoad>();
+};
+
+// The gateway's node tables. Only the cluster actor writes them (its own
+// copy); after each change it publishes a fresh immutable snapshot
+// (RuntimeShared::replicas) that sessions and the API read without a lock.
+// Replicas are only ever appended, so an index stays valid across snapshots.
+struct ReplicaTables {
+    std::vector<TargetReplica> targets;
+    std::vector<DraftReplica> drafts;
 };
 
 struct RuntimeShared {
@@ -66,7 +81,7 @@ struct RuntimeShared {
     KvCacheShape target_shape, draft_shape;
     caf::actor_system* system = nullptr;
 
-    mutable std::mutex mu;
+    mutable std::mutex mu;  // guards verifier (restarted), drafter and sessions
     verifier_actor verifier;
     draft_actor drafter;
     kv_manager_actor kv;
@@ -97,8 +112,11 @@ struct RuntimeShared {
     // step answered are back (engine/phase_rendezvous.h); null: no holding
     // (multi-node, pipelined drafts).
     std::shared_ptr<PhaseRendezvous> rendezvous;
-    std::vector<TargetReplica> targets;  // guarded by mu
-    std::vector<DraftReplica> drafts;    // guarded by mu
+    // The latest snapshot of the gateway's node tables (empty in one process).
+    std::atomic<std::shared_ptr<const ReplicaTables>> replicas{std::make_shared<const ReplicaTables>()};
+    // Serialises placement (choose a replica, count the session on it), so
+    // concurrent arrivals spread at once.
+    std::mutex placement_mu;
     cluster_actor cluster;
     uint16_t cluster_port = 0;
     NodeRole node_role = NodeRole::target;  // a `specd node`: which one
@@ -131,11 +149,12 @@ void spawn_verifier(const std::shared_ptr<RuntimeShared>& rt);
 draft_actor spawn_draft(const std::shared_ptr<RuntimeShared>& rt);
 // The KV manager: admission over both pools (actors/kv_manager.cpp).
 kv_manager_actor spawn_kv_manager(const std::shared_ptr<RuntimeShared>& rt);
-// The gateway's membership and health checks (actors/cluster.cpp).
+// The gateway's membership and health checks (actors/cluster.cpp); it
+// starts from the published tables (rt->replicas).
 cluster_actor spawn_cluster(const std::shared_ptr<RuntimeShared>& rt);
-// Adds a node to the gateway's tables (idempotent per address); the cluster
-// actor connects it on its next check.
-void cluster_add(const std::shared_ptr<RuntimeShared>& rt, bool target, const NodeAddress& a);
+// Adds a node to a copy of the gateway's tables (idempotent per address);
+// the cluster actor connects it on its next check.
+void cluster_add(ReplicaTables& tables, bool target, const NodeAddress& a);
 // What a `specd node` publishes (actors/node.cpp).
 node_actor spawn_node(const std::shared_ptr<RuntimeShared>& rt);
 

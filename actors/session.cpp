@@ -148,11 +148,7 @@ void session_target_lost(session_ptr self, const std::string& why) {
     const int32_t failed = s.place->target;
     unplace_target(*s.rt, *s.place);
     log::warn("target node lost by a session", {{"node", address}, {"request", s.id}, {"error", why}, {"streamed", s.t_first >= 0}});
-    int32_t replicas = 0;
-    {
-        std::lock_guard<std::mutex> lock(s.rt->mu);
-        replicas = static_cast<int32_t>(s.rt->targets.size());
-    }
+    const int32_t replicas = static_cast<int32_t>(s.rt->replicas.load()->targets.size());
     if (s.t_first < 0 && s.resumes < replicas && !s.core->finished()) {
         ++s.resumes;
         if (place_target(*s.rt, *s.place, failed)) {
