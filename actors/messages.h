@@ -77,7 +77,7 @@ struct done_event {
 // A request failed; no done_event follows.
 struct error_event {
     std::string id;
-    std::string code;                     // "invalid_request", "unknown_model", "overloaded", "timeout", "internal", "draining"
+    std::string code;                     // error_code_name(ErrorCode) (actors/error_code.h): "invalid_request", "context_exceeded", ...
     std::string message;                  // one line naming the problem
 };
 
@@ -168,7 +168,7 @@ struct runtime_stats {
 // Node → gateway, the answer to hello_atom: what a `specd node` process
 // serves. Handles of roles the node doesn't have are invalid.
 struct node_hello {
-    std::string role;                     // "target" or "draft"
+    std::string role;                     // node_role_name(NodeRole) (actors/node.h): "target" or "draft"
     std::string model;                    // the model's name (file stem or alias)
     int32_t n_vocab = 0;
     int32_t n_ctx = 0;                    // context per request

@@ -15,7 +15,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include <caf/all.hpp>
 
@@ -24,6 +26,16 @@
 namespace specd {
 
 enum class NodeRole { target, draft };
+
+// The name a role travels under between processes (node_hello::role, the
+// join message) and in NodeStatus::role.
+constexpr const char* node_role_name(NodeRole role) { return role == NodeRole::target ? "target" : "draft"; }
+// The role a name stands for; nullopt for any other name.
+inline std::optional<NodeRole> node_role_from_name(std::string_view name) {
+    if (name == "target") return NodeRole::target;
+    if (name == "draft") return NodeRole::draft;
+    return std::nullopt;
+}
 
 struct RuntimeShared;  // internal
 

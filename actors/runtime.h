@@ -24,6 +24,9 @@
 #include "actors/interfaces.h"
 #include "actors/messages.h"
 #include "config/runtime_config.h"
+// Only for net/server.cpp, which reads now_ms() through this header (it
+// used to come with config/runtime_config.h); drop once net/ includes it.
+#include "engine/generate.h"
 #include "gpu/gpu_metrics.h"
 
 namespace specd {

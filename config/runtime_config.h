@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/session_core.h"
+#include "engine/load_policy.h"
 
 namespace specd {
 

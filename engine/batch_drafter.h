@@ -11,7 +11,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "engine/forward.h"
+#include "engine/backend.h"
 #include "engine/proposer.h"
 #include "engine/sampler.h"
 
@@ -71,7 +71,6 @@ public:
     BatchDrafter(ForwardBackend* draft_fwd, PagedKvCache* draft_kv, int32_t ngram_min = 1, int32_t ngram_max = 4,
                  int32_t target_vocab = 0);
 
-    bool uses_model() const { return fwd_ != nullptr; }
     // Frees the request's draft sequence (no-op when it has none).
     void close(uint64_t request);
     int32_t open_requests() const { return static_cast<int32_t>(requests_.size()); }

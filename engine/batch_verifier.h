@@ -14,7 +14,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "engine/forward.h"
+#include "engine/backend.h"
 #include "engine/proposer.h"
 #include "engine/sampler.h"
 #include "engine/speculative.h"

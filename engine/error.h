@@ -13,4 +13,11 @@ public:
     explicit Error(const std::string& message) : std::runtime_error(message) {}
 };
 
+// A prompt the context can't hold: bad input that a server reports apart
+// from the rest (error code "context_exceeded"), told by its type, not its text.
+class ContextError : public Error {
+public:
+    using Error::Error;
+};
+
 }  // namespace specd

@@ -24,7 +24,7 @@ double now_ms() {
 void check_prompt_fits(size_t n_prompt_tokens, int32_t n_ctx) {
     if (n_prompt_tokens == 0) throw Error("the prompt is empty (no tokens after tokenization)");
     if (n_prompt_tokens >= static_cast<size_t>(n_ctx)) {
-        throw Error("the prompt has " + std::to_string(n_prompt_tokens) + " tokens, more than the context of " +
+        throw ContextError("the prompt has " + std::to_string(n_prompt_tokens) + " tokens, more than the context of " +
                     std::to_string(n_ctx) + " allows (at most " + std::to_string(n_ctx - 1) + ")");
     }
 }

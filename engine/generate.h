@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/forward.h"
+#include "engine/backend.h"
 #include "engine/sampler.h"
 
 namespace specd {

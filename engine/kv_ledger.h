@@ -41,7 +41,6 @@ public:
     // arrival order.
     void release(uint64_t request, std::vector<uint64_t>& newly_granted);
 
-    bool is_granted(uint64_t request) const { return granted_.count(request) != 0; }
     int32_t waiting() const { return static_cast<int32_t>(waiting_.size()); }
     int32_t granted() const { return static_cast<int32_t>(granted_.size()); }
     int32_t target_free_blocks() const { return target_free_; }

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "engine/forward.h"
+
 namespace specd {
 
 // ------------------------------------------------------------------ n-gram ---

@@ -10,9 +10,10 @@
 #include <string>
 #include <vector>
 
-#include "engine/forward.h"
+#include "engine/backend.h"
 #include "engine/generate.h"
 #include "engine/sampler.h"
+#include "engine/thread_pool.h"
 
 namespace specd {
 

@@ -51,12 +51,8 @@ CudaForward::CudaForward(std::shared_ptr<const DeviceModel> weights, const Llama
     out_act_ = DeviceBuffer(R * dim * sizeof(uint16_t));
     logits_ = DeviceBuffer(R * vocab * sizeof(float));
     tokens_ = DeviceBuffer(R * sizeof(int32_t));
-    top_ids_ = DeviceBuffer(R * kMaxTopK * sizeof(int32_t));
-    top_vals_ = DeviceBuffer(R * kMaxTopK * sizeof(float));
     logits_host_ = PinnedBuffer(R * vocab * sizeof(float));
     tokens_host_ = PinnedBuffer(R * sizeof(int32_t));
-    top_ids_host_ = PinnedBuffer(R * kMaxTopK * sizeof(int32_t));
-    top_vals_host_ = PinnedBuffer(R * kMaxTopK * sizeof(float));
     gemv_on_ = gemv_on_ && mma_supported(device_);
 }
 
@@ -332,24 +328,6 @@ bool CudaForward::forward_greedy(PagedKvCache& kv, std::span<const BatchItem> it
     finish(kv, items);
     std::copy_n(tokens_host_.as<int32_t>(), r, argmax_out.begin());
     return true;
-}
-
-void CudaForward::forward_top_k(PagedKvCache& kv, std::span<const BatchItem> items, float temperature, int32_t k,
-                                std::vector<int32_t>& ids, std::vector<float>& probs) {
-    ids.clear();
-    probs.clear();
-    if (k < 1 || k > kMaxTopK) throw Error("cuda forward: top-k k = " + std::to_string(k) + " outside 1.." + std::to_string(kMaxTopK));
-    const int32_t r = run(kv, items);
-    if (r == 0) return;
-    const int32_t vocab = weights_->hparams().n_vocab;
-    launch_softmax_rows(logits_.as<float>(), r, vocab, temperature, stream_.get());
-    launch_top_k_rows(logits_.as<float>(), r, vocab, k, top_ids_.as<int32_t>(), top_vals_.as<float>(), stream_.get());
-    const size_t n = static_cast<size_t>(r) * static_cast<size_t>(k);
-    SPECD_CUDA_CHECK(cudaMemcpyAsync(top_ids_host_.as(), top_ids_.as(), n * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_.get()));
-    SPECD_CUDA_CHECK(cudaMemcpyAsync(top_vals_host_.as(), top_vals_.as(), n * sizeof(float), cudaMemcpyDeviceToHost, stream_.get()));
-    finish(kv, items);
-    ids.assign(top_ids_host_.as<int32_t>(), top_ids_host_.as<int32_t>() + n);
-    probs.assign(top_vals_host_.as<float>(), top_vals_host_.as<float>() + n);
 }
 
 }  // namespace specd::gpu

@@ -59,12 +59,6 @@ public:
     // Device-side sampling: runs the batch and brings back only the argmax
     // token of each logit row (greedy decoding), `out` (n_rows).
     void forward_argmax(PagedKvCache& kv, std::span<const BatchItem> items, std::vector<int32_t>& out);
-    // Runs the batch and brings back the k most probable tokens of each
-    // logit row of softmax(logits / temperature): ids and probs (n_rows, k),
-    // descending. 1 <= k <= kMaxTopK.
-    void forward_top_k(PagedKvCache& kv, std::span<const BatchItem> items, float temperature, int32_t k,
-                       std::vector<int32_t>& ids, std::vector<float>& probs);
-    static constexpr int32_t kMaxTopK = 64;
 
     // Bytes of one KV block (K and V, 16-bit) of a model: what the KV budget divides by.
     static size_t kv_block_bytes(const LlamaHparams& hparams, int32_t block_size);
@@ -133,12 +127,8 @@ private:
     DeviceBuffer out_act_;   // (R, dim) 16-bit normed rows that need logits
     DeviceBuffer logits_;    // (R, n_vocab) f32
     DeviceBuffer tokens_;    // (R) int32 argmax per row
-    DeviceBuffer top_ids_;   // (R, kMaxTopK) int32
-    DeviceBuffer top_vals_;  // (R, kMaxTopK) f32
     PinnedBuffer logits_host_;    // (R, n_vocab) f32
     PinnedBuffer tokens_host_;    // (R) int32
-    PinnedBuffer top_ids_host_;   // (R, kMaxTopK) int32
-    PinnedBuffer top_vals_host_;  // (R, kMaxTopK) f32
 
     // The cache this backend made (set by make_kv_cache).
     const PagedKvCache* kv_owner_ = nullptr;

@@ -21,6 +21,7 @@
 #include <caf/scheduler/coordinator.hpp>
 
 #include "actors/runtime.h"
+#include "engine/forward.h"
 #include "engine/generate.h"
 #include "support/family_models.h"
 #include "support/models.h"

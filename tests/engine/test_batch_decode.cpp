@@ -11,6 +11,7 @@
 
 #include "engine/batch_drafter.h"
 #include "engine/batch_verifier.h"
+#include "engine/forward.h"
 #include "engine/kv_ledger.h"
 #include "engine/session_core.h"
 #include "engine/speculative.h"

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "engine/generate.h"
+#include "engine/forward.h"
 #include "support/models.h"
 
 using namespace specd;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "engine/speculative.h"
+#include "engine/forward.h"
 #include "support/models.h"
 #include "support/tiny_model.h"
 

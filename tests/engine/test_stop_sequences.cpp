@@ -8,6 +8,7 @@
 #include <string>
 
 #include "engine/session_core.h"
+#include "engine/forward.h"
 #include "engine/speculative.h"
 #include "engine/stop_matcher.h"
 #include "support/models.h"

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/error.h"
+#include "engine/forward.h"
 #include "engine/speculative.h"
 #include "tools/specd/commands.h"
 #include "tools/specd/spec_setup.h"

@@ -10,6 +10,7 @@
 #include "engine/backend.h"
 #include "engine/proposer.h"
 #include "engine/speculative.h"
+#include "engine/thread_pool.h"
 #include "gpu/device.h"
 
 namespace specd::cli {
