@@ -112,7 +112,7 @@ constexpr float kSentinel = -12345.0f;
 
 }  // namespace
 
-TEST_CASE("K-quant types: ggml's numbers, names, block sizes; read but not written", "[quant_k]") {
+TEST_CASE("K-quant types: ggml's numbers, names, block sizes; Q4_K, Q5_K, Q6_K, q5_0, q5_1 also written", "[quant_k]") {
     for (const KType& k : kKTypes) {
         INFO(k.name);
         const TensorTypeTraits* t = tensor_type_traits(static_cast<uint32_t>(k.type));
@@ -123,15 +123,17 @@ TEST_CASE("K-quant types: ggml's numbers, names, block sizes; read but not writt
         CHECK(tensor_type_block_bytes(k.type) == k.block_bytes);
         CHECK(tensor_row_bytes(k.type, 3 * k.block_elements) == 3 * k.block_bytes);
         CHECK_THROWS_WITH(tensor_row_bytes(k.type, k.block_elements + 16), Catch::Contains("not a multiple"));
-        CHECK_FALSE(tensor_type_writable(k.type));
+        const bool written = k.type == TensorType::Q4_K || k.type == TensorType::Q5_K || k.type == TensorType::Q6_K ||
+                             k.type == TensorType::Q5_0 || k.type == TensorType::Q5_1;
+        CHECK(tensor_type_writable(k.type) == written);
         std::vector<float> x(static_cast<size_t>(k.block_elements), 1.0f);
         std::vector<uint8_t> out(k.block_bytes);
-        CHECK_THROWS_WITH(quantize_row(k.type, x.data(), out.data(), k.block_elements), Catch::Contains("cannot write"));
+        if (!written) CHECK_THROWS_WITH(quantize_row(k.type, x.data(), out.data(), k.block_elements), Catch::Contains("cannot write"));
     }
     CHECK(static_cast<uint32_t>(TensorType::Q4_K) == 12);
     CHECK(static_cast<uint32_t>(TensorType::IQ4_XS) == 23);
     CHECK(tensor_type_from_name("Q6_K") == TensorType::Q6_K);
-    CHECK_FALSE(tensor_type_writable(TensorType::Q6_K));
+    CHECK_FALSE(tensor_type_writable(TensorType::Q3_K));
     CHECK(tensor_type_writable(TensorType::Q4_0));
 }
 
@@ -500,8 +502,8 @@ TEST_CASE("bench: K-quant matmul, 1 / 2 / 5 / 9 activation rows against one row,
         std::sort(t.begin(), t.end());
         return t[t.size() / 2];
     };
-    std::printf("| type | isa | 1 row | 2 rows | 5 rows | 9 rows | 2 rows, row kernel | 5 rows, row kernel | 9 rows, row kernel |\n");
-    std::printf("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+    std::printf("| type | isa | 1 row | 2 rows | 5 rows | 9 rows | 1 row, tiles | 2 rows, row kernel | 5 rows, row kernel | 9 rows, row kernel |\n");
+    std::printf("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
     const TensorType types[] = {TensorType::Q4_0, TensorType::Q8_0, TensorType::Q2_K, TensorType::Q3_K,
                                 TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K};
     for (TensorType type : types) {
@@ -519,7 +521,7 @@ TEST_CASE("bench: K-quant matmul, 1 / 2 / 5 / 9 activation rows against one row,
         }
         for (Isa isa : isas()) {
             if (isa == Isa::Scalar) continue;
-            double t_one = 0.0, t_tile[3] = {0, 0, 0}, t_rowk[3] = {0, 0, 0};
+            double t_one = 0.0, t_tile1 = 0.0, t_tile[3] = {0, 0, 0}, t_rowk[3] = {0, 0, 0};
             for (int rows : {1, 2, 5, 9}) {
                 std::vector<float> x(static_cast<size_t>(rows * K)), y(static_cast<size_t>(rows * N));
                 for (float& v : x) v = normal(rng);
@@ -529,6 +531,12 @@ TEST_CASE("bench: K-quant matmul, 1 / 2 / 5 / 9 activation rows against one row,
                 const double t = median_time([&] { matmul(isa, type, w.data(), in, y.data(), N, 0, N); });
                 if (rows == 1) {
                     t_one = t;
+                    if (kq) {
+                        t_tile1 = median_time([&] {
+                            if (isa == Isa::Avx512) kern::matmul_kq_path_avx512(kern::KqPath::Tiles, type, w.data(), in, y.data(), N, 0, N);
+                            else kern::matmul_kq_path_avx2(kern::KqPath::Tiles, type, w.data(), in, y.data(), N, 0, N);
+                        });
+                    }
                     continue;
                 }
                 const int c = rows == 2 ? 0 : rows == 5 ? 1 : 2;
@@ -540,12 +548,13 @@ TEST_CASE("bench: K-quant matmul, 1 / 2 / 5 / 9 activation rows against one row,
                     });
                 }
             }
-            char rk[3][32] = {"-", "-", "-"};
+            char rk[3][32] = {"-", "-", "-"}, t1[32] = "-";
+            if (kq) std::snprintf(t1, sizeof t1, "%.2fx", t_tile1 / t_one);
             for (int i = 0; i < 3; ++i) {
                 if (kq) std::snprintf(rk[i], sizeof rk[i], "%.2fx", t_rowk[i] / t_one);
             }
-            std::printf("| %s | %s | %.2f ms | %.2fx | %.2fx | %.2fx | %s | %s | %s |\n", tensor_type_name(type), isa_name(isa),
-                        1e3 * t_one, t_tile[0] / t_one, t_tile[1] / t_one, t_tile[2] / t_one, rk[0], rk[1], rk[2]);
+            std::printf("| %s | %s | %.2f ms | %.2fx | %.2fx | %.2fx | %s | %s | %s | %s |\n", tensor_type_name(type), isa_name(isa),
+                        1e3 * t_one, t_tile[0] / t_one, t_tile[1] / t_one, t_tile[2] / t_one, t1, rk[0], rk[1], rk[2]);
         }
     }
 }
