@@ -741,12 +741,24 @@ inline __attribute__((always_inline)) __m256i dot16(const __m256i* c, const int8
     }
 }
 
+// out[0..nv) (+)= v's first nv lanes. Plain stores: vmaskmovps gave wrong
+// results here under GCC 12 with -fsanitize=address,undefined.
+inline void store_lanes(float* out, __m256 v, int nv, bool accumulate) {
+    if (nv == 8) {
+        _mm256_storeu_ps(out, accumulate ? _mm256_add_ps(v, _mm256_loadu_ps(out)) : v);
+        return;
+    }
+    alignas(32) float a[8];
+    _mm256_store_ps(a, v);
+    for (int i = 0; i < nv; ++i) out[i] = accumulate ? out[i] + a[i] : a[i];
+}
+
 // y[t][0..nv) (+)= activation rows t0 .. t0+NR against super-block sb's tile.
 template <class Block, int NR>
 inline __attribute__((always_inline)) void ktile8_rows(const KTile8& t, const PreparedInput& x, int64_t sb, int t0, float* y,
-                                                       int64_t ldy, __m256i mask, bool accumulate) {
+                                                       int64_t ldy, int nv, bool accumulate) {
     __m256 F[NR];
-    for (int r = 0; r < NR; ++r) F[r] = accumulate ? _mm256_maskload_ps(y + (t0 + r) * ldy, mask) : _mm256_setzero_ps();
+    for (int r = 0; r < NR; ++r) F[r] = _mm256_setzero_ps();
     for (int j = 0; j < 8; ++j) {
         const int64_t b = 8 * sb + j;
         for (int r = 0; r < NR; ++r) {
@@ -767,15 +779,15 @@ inline __attribute__((always_inline)) void ktile8_rows(const KTile8& t, const Pr
             F[r] = f;
         }
     }
-    for (int r = 0; r < NR; ++r) _mm256_maskstore_ps(y + (t0 + r) * ldy, mask, F[r]);
+    for (int r = 0; r < NR; ++r) store_lanes(y + (t0 + r) * ldy, F[r], nv, accumulate);
 }
 
 template <class Block, int NR>
-void ktile8_rows_n(int nr, const KTile8& t, const PreparedInput& x, int64_t sb, int t0, float* y, int64_t ldy, __m256i mask,
+void ktile8_rows_n(int nr, const KTile8& t, const PreparedInput& x, int64_t sb, int t0, float* y, int64_t ldy, int nv,
                    bool accumulate) {
     if constexpr (NR > 0) {
-        if (nr == NR) return ktile8_rows<Block, NR>(t, x, sb, t0, y, ldy, mask, accumulate);
-        ktile8_rows_n<Block, NR - 1>(nr, t, x, sb, t0, y, ldy, mask, accumulate);
+        if (nr == NR) return ktile8_rows<Block, NR>(t, x, sb, t0, y, ldy, nv, accumulate);
+        ktile8_rows_n<Block, NR - 1>(nr, t, x, sb, t0, y, ldy, nv, accumulate);
     }
 }
 
@@ -788,7 +800,6 @@ void kq_tile_matmul(const unsigned char* W, size_t rb, const PreparedInput& x, f
     KTile8 t;
     for (int64_t n = n0; n < n1; n += 8) {
         const int nv = static_cast<int>(std::min<int64_t>(8, n1 - n));
-        const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(nv), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
         const unsigned char* rp[8];  // weight row n + i; rows past n1 repeat the last (never stored)
         for (int i = 0; i < 8; ++i) rp[i] = W + (n + std::min(i, nv - 1)) * static_cast<int64_t>(rb);
         for (int64_t sb = 0; sb < nsb; ++sb) {
@@ -798,8 +809,8 @@ void kq_tile_matmul(const unsigned char* W, size_t rb, const PreparedInput& x, f
             }
             decode_ktile8<Block>(rp, sb, t);
             int t0 = 0;
-            for (; t0 + kKTileRows <= rows; t0 += kKTileRows) ktile8_rows<Block, kKTileRows>(t, x, sb, t0, y + n, ldy, mask, sb > 0);
-            if (t0 < rows) ktile8_rows_n<Block, kKTileRows - 1>(rows - t0, t, x, sb, t0, y + n, ldy, mask, sb > 0);
+            for (; t0 + kKTileRows <= rows; t0 += kKTileRows) ktile8_rows<Block, kKTileRows>(t, x, sb, t0, y + n, ldy, nv, sb > 0);
+            if (t0 < rows) ktile8_rows_n<Block, kKTileRows - 1>(rows - t0, t, x, sb, t0, y + n, ldy, nv, sb > 0);
         }
     }
 }
