@@ -817,7 +817,9 @@ void kq_tile_matmul(const unsigned char* W, size_t rb, const PreparedInput& x, f
 
 template <class Block>
 void kq_matmul_auto(const unsigned char* W, size_t rb, const PreparedInput& x, float* y, int64_t ldy, int64_t n0, int64_t n1) {
-    if (x.rows() < kKTileMinRows) kq_matmul<Block>(W, rb, x, y, ldy, n0, n1);
+    // Q2_K's row kernel (two scales per group) is slower than its tiles even
+    // for one row (0.55-0.58x in the bench).
+    if (x.rows() < kKTileMinRows && !std::is_same_v<Block, BlockQ2_K>) kq_matmul<Block>(W, rb, x, y, ldy, n0, n1);
     else kq_tile_matmul<Block>(W, rb, x, y, ldy, n0, n1);
 }
 

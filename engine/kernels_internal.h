@@ -67,8 +67,8 @@ void matmul_kq_scalar(TensorType type, const void* W, const PreparedInput& x, fl
 // 16 (AVX-512) or 8 (AVX2) weight rows decoded once per super-block and
 // transposed so lanes run along N (verification and prompt batches: each
 // further activation row costs a few integer dot products per 32 weights).
-// matmul_* picks Tiles from kKTileMinRows activation rows; the tests and the
-// bench call a path directly.
+// matmul_* picks Tiles from kKTileMinRows activation rows (Q2_K: always);
+// the tests and the bench call a path directly.
 constexpr int kKTileMinRows = 2;
 enum class KqPath { Rows, Tiles };
 // Types other than Q2_K..Q6_K go to matmul_avx2/avx512.
