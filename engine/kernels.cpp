@@ -108,7 +108,7 @@ size_t float_layout_bytes(int rows, int64_t k, bool panels) {
 
 size_t quant_layout_bytes(int rows, int64_t k) {
     const size_t r = static_cast<size_t>(rows), nb = static_cast<size_t>(k / kQuantBlock);
-    return align_up(r * static_cast<size_t>(k)) + align_up(r * nb * sizeof(QuantMeta));
+    return align_up(r * static_cast<size_t>(k)) + align_up(r * nb * sizeof(QuantMeta)) + align_up(r * nb * sizeof(HalfSums));
 }
 
 }  // namespace
@@ -130,6 +130,7 @@ void PreparedInput::reserve(int max_rows, int64_t max_k) {
     f32_ = panel_ = nullptr;
     q8_ = nullptr;
     qm_ = nullptr;
+    hs_ = nullptr;
     rows_ = 0;
     k_ = kp_ = 0;
 }
@@ -181,12 +182,13 @@ void PreparedInput::layout() {
     f32_ = panel_ = nullptr;
     q8_ = nullptr;
     qm_ = nullptr;
+    hs_ = nullptr;
     if (base == nullptr) return;  // nothing reserved and an empty shape
     if (quantized()) {
         const size_t nb = static_cast<size_t>(n_blocks());
         q8_ = reinterpret_cast<int8_t*>(base);
         qm_ = reinterpret_cast<QuantMeta*>(base + align_up(r * static_cast<size_t>(k_)));
-        (void)nb;
+        hs_ = reinterpret_cast<HalfSums*>(reinterpret_cast<unsigned char*>(qm_) + align_up(r * nb * sizeof(QuantMeta)));
         return;
     }
     f32_ = reinterpret_cast<float*>(base);
@@ -218,6 +220,19 @@ void PreparedInput::prepare_rows(Isa isa, const float* x, int64_t ldx, int row_b
                 case Isa::Avx512: kern::quantize_act_avx512(xr, k_, dst); break;
                 case Isa::Avx2: kern::quantize_act_avx2(xr, k_, dst); break;
                 case Isa::Scalar: kern::quantize_act_scalar(xr, k_, dst); break;
+            }
+            if (correction_multiplier(type_) == 1) {
+                // Plain integer sums times d: the same bits on every ISA.
+                for (int64_t b = 0; b < n_blocks(); ++b) {
+                    const int8_t* q = q8_block(b, r);
+                    int32_t lo = 0, hi = 0;
+                    for (int j = 0; j < 16; ++j) {
+                        lo += q[j];
+                        hi += q[16 + j];
+                    }
+                    const float d = q8_scale(b, r);
+                    hs_[b * rows_ + r] = {d * static_cast<float>(lo), d * static_cast<float>(hi)};
+                }
             }
         }
         return;

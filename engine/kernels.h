@@ -22,6 +22,15 @@ struct QuantMeta {
     float d;       // scale: x ~= d * q
 };
 
+// Per (block, row) of the q8 layout of the types with corr = sum (q5_0 ..
+// the K-quants): d times the sums of the block's two halves of 16 codes, for
+// the multi-row K-quant kernels whose weight groups of 16 (or 32) carry their
+// own min or code offset.
+struct HalfSums {
+    float lo;  // d * sum(q[0..16))
+    float hi;  // d * sum(q[16..32))
+};
+
 // The best instruction set this CPU and OS support (AVX-512 needs
 // F+BW+VL+DQ+VNNI and OS-enabled zmm state). The environment variable
 // SPECD_ISA=scalar|avx2|avx512 lowers the choice, never raises it; any other
@@ -95,6 +104,8 @@ public:
     const QuantMeta* q8_meta(int64_t b, int r) const { return qm_ + b * rows_ + r; }
     float q8_scale(int64_t b, int r) const { return q8_meta(b, r)->d; }
     int32_t q8_corr(int64_t b, int r) const { return q8_meta(b, r)->corr; }
+    // Only for weight types with correction_multiplier 1 (else unset).
+    const HalfSums* half_sums(int64_t b, int r) const { return hs_ + b * rows_ + r; }
 
     // Rows from which the float layout also keeps 16-row panels, read by the
     // compute-bound kernels for many rows (prefill). Below it the dot tiles
@@ -119,6 +130,7 @@ private:
     float* panel_ = nullptr;   // (ceil(rows/16), k, 16) x transposed in 16-row panels
     int8_t* q8_ = nullptr;     // (n_blocks, rows, 32) quantised x, block-major
     QuantMeta* qm_ = nullptr;  // (n_blocks, rows) scale and correction per block
+    HalfSums* hs_ = nullptr;   // (n_blocks, rows) scaled half sums per block (corr = sum types)
 };
 
 // y[t*ldy + n] = dot(W row n, x row t) for n in [n_begin, n_end), t in

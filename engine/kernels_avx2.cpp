@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <type_traits>
 #include <vector>
@@ -565,6 +566,263 @@ void kq_matmul(const unsigned char* W, size_t rb, const PreparedInput& x, float*
     }
 }
 
+// ------------------------- K-quants, several activation rows: 8-row tiles ---
+// As in the AVX-512 file: one super-block of 8 weight rows is decoded once
+// into a transposed tile (lane i = weight row i) that every activation row
+// then reads; per 32 weights and activation row, vpmaddubsw + vpmaddwd with
+// broadcast activation dwords and 3-4 FMAs (groups of 16 or 32 with a min or
+// a code offset applied through the prepared half sums).
+
+struct KTile8 {
+    __m256i c[8][8];  // block j of the super-block, dword g: lane i = codes 4g..4g+3 of weight row i (unsigned)
+    __m256 s[16];     // group h of 16 (Q4_K/Q5_K: s[j] per block of 32): lane i = weight row i's scale
+    __m256 m[16];     // as s: the min (or offset * scale) that multiplies the group's activation sum
+};
+
+// Lane i, dword g (g < 4) = bytes off + 4g .. +3 of row rp[i].
+inline void transpose8x16(const unsigned char* const rp[8], size_t off, __m256i d[4]) {
+    __m256i z[4];  // 128-bit half L of z[m] = row 4L + m
+    for (int m = 0; m < 4; ++m) {
+        const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(rp[m] + off));
+        const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(rp[4 + m] + off));
+        z[m] = _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1);
+    }
+    const __m256i a0 = _mm256_unpacklo_epi32(z[0], z[1]), a1 = _mm256_unpackhi_epi32(z[0], z[1]);
+    const __m256i a2 = _mm256_unpacklo_epi32(z[2], z[3]), a3 = _mm256_unpackhi_epi32(z[2], z[3]);
+    d[0] = _mm256_unpacklo_epi64(a0, a2);
+    d[1] = _mm256_unpackhi_epi64(a0, a2);
+    d[2] = _mm256_unpacklo_epi64(a1, a3);
+    d[3] = _mm256_unpackhi_epi64(a1, a3);
+}
+
+// The same for 32 bytes per row: d[0..8).
+inline void transpose8x32(const unsigned char* const rp[8], size_t off, __m256i d[8]) {
+    __m256 r[8];
+    for (int i = 0; i < 8; ++i) r[i] = _mm256_castsi256_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(rp[i] + off)));
+    transpose8(r);
+    for (int g = 0; g < 8; ++g) d[g] = _mm256_castps_si256(r[g]);
+}
+
+inline __m256 fp16x8(const unsigned char* const rp[8], size_t off) {
+    alignas(16) uint16_t h[8];
+    for (int i = 0; i < 8; ++i) std::memcpy(&h[i], rp[i] + off, 2);
+    return _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(h)));
+}
+
+// Byte e (0..15) of each lane's 16 bytes in d[4], unsigned or signed, as float.
+inline __m256 byte_u8(const __m256i d[4], int e) {
+    return _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(d[e / 4], 8 * (e % 4)), _mm256_set1_epi32(0xff)));
+}
+inline __m256 byte_s8(const __m256i d[4], int e) {
+    return _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_slli_epi32(d[e / 4], 24 - 8 * (e % 4)), 24));
+}
+
+// Bits [sh, ...) of every byte of v under `mask`, moved up by `to` (16-bit
+// shifts are safe: the mask keeps bits of the same byte only).
+inline __m256i bits_at8(__m256i v, int sh, int mask, int to) {
+    const __m256i b = _mm256_and_si256(_mm256_srli_epi16(v, sh), _mm256_set1_epi8(static_cast<char>(mask)));
+    return to == 0 ? b : _mm256_slli_epi16(b, to);
+}
+
+template <class Block>
+constexpr bool kGroups16 = !std::is_same_v<Block, BlockQ4_K> && !std::is_same_v<Block, BlockQ5_K>;
+
+template <class Block>
+inline __attribute__((always_inline)) void decode_ktile8(const unsigned char* const rp[8], int64_t sb, KTile8& t) {
+    const size_t off = static_cast<size_t>(sb) * sizeof(Block);
+    if constexpr (std::is_same_v<Block, BlockQ4_K> || std::is_same_v<Block, BlockQ5_K>) {
+        constexpr bool kQ5 = std::is_same_v<Block, BlockQ5_K>;
+        const __m256 d = fp16x8(rp, off + offsetof(Block, d)), dmin = fp16x8(rp, off + offsetof(Block, dmin));
+        alignas(16) uint8_t buf[8][16];  // per row: the 8 scales, then the 8 mins
+        const unsigned char* bp[8];
+        for (int i = 0; i < 8; ++i) {
+            _mm_store_si128(reinterpret_cast<__m128i*>(buf[i]), q4_k_scale_bytes(rp[i] + off + offsetof(Block, scales)));
+            bp[i] = buf[i];
+        }
+        __m256i sm[4];
+        transpose8x16(bp, 0, sm);
+        for (int j = 0; j < 8; ++j) {
+            t.s[j] = _mm256_mul_ps(d, byte_u8(sm, j));
+            t.m[j] = _mm256_mul_ps(dmin, byte_u8(sm, 8 + j));
+        }
+        __m256i qh[8];
+        if constexpr (kQ5) transpose8x32(rp, off + offsetof(BlockQ5_K, qh), qh);
+        for (int st = 0; st < 4; ++st) {
+            __m256i raw[8];
+            transpose8x32(rp, off + offsetof(Block, qs) + 32 * st, raw);
+            for (int g = 0; g < 8; ++g) {
+                __m256i lo = bits_at8(raw[g], 0, 0x0f, 0), hi = bits_at8(raw[g], 4, 0x0f, 0);
+                if constexpr (kQ5) {
+                    lo = _mm256_or_si256(lo, bits_at8(qh[g], 2 * st, 1, 4));
+                    hi = _mm256_or_si256(hi, bits_at8(qh[g], 2 * st + 1, 1, 4));
+                }
+                t.c[2 * st][g] = lo;
+                t.c[2 * st + 1][g] = hi;
+            }
+        }
+    } else if constexpr (std::is_same_v<Block, BlockQ6_K>) {
+        const __m256 d = fp16x8(rp, off + offsetof(BlockQ6_K, d));
+        __m256i sc[4];
+        transpose8x16(rp, off + offsetof(BlockQ6_K, scales), sc);
+        for (int h = 0; h < 16; ++h) {
+            t.s[h] = _mm256_mul_ps(d, byte_s8(sc, h));
+            t.m[h] = _mm256_mul_ps(_mm256_set1_ps(32.0f), t.s[h]);
+        }
+        for (int hf = 0; hf < 2; ++hf) {
+            __m256i a[8], b[8], c[8];
+            transpose8x32(rp, off + offsetof(BlockQ6_K, ql) + 64 * hf, a);
+            transpose8x32(rp, off + offsetof(BlockQ6_K, ql) + 64 * hf + 32, b);
+            transpose8x32(rp, off + offsetof(BlockQ6_K, qh) + 32 * hf, c);
+            for (int g = 0; g < 8; ++g) {
+                t.c[4 * hf + 0][g] = _mm256_or_si256(bits_at8(a[g], 0, 0x0f, 0), bits_at8(c[g], 0, 3, 4));
+                t.c[4 * hf + 1][g] = _mm256_or_si256(bits_at8(b[g], 0, 0x0f, 0), bits_at8(c[g], 2, 3, 4));
+                t.c[4 * hf + 2][g] = _mm256_or_si256(bits_at8(a[g], 4, 0x0f, 0), bits_at8(c[g], 4, 3, 4));
+                t.c[4 * hf + 3][g] = _mm256_or_si256(bits_at8(b[g], 4, 0x0f, 0), bits_at8(c[g], 6, 3, 4));
+            }
+        }
+    } else if constexpr (std::is_same_v<Block, BlockQ3_K>) {
+        const __m256 d = fp16x8(rp, off + offsetof(BlockQ3_K, d));
+        alignas(16) uint8_t buf[8][16];
+        const unsigned char* bp[8];
+        for (int i = 0; i < 8; ++i) {
+            _mm_store_si128(reinterpret_cast<__m128i*>(buf[i]), q3_k_scales(rp[i] + off + offsetof(BlockQ3_K, scales)));
+            bp[i] = buf[i];
+        }
+        __m256i sc[4];
+        transpose8x16(bp, 0, sc);
+        for (int h = 0; h < 16; ++h) {
+            t.s[h] = _mm256_mul_ps(d, byte_s8(sc, h));
+            t.m[h] = _mm256_mul_ps(_mm256_set1_ps(4.0f), t.s[h]);
+        }
+        __m256i hm[8];
+        transpose8x32(rp, off + offsetof(BlockQ3_K, hmask), hm);
+        for (int hf = 0; hf < 2; ++hf) {
+            __m256i q[8];
+            transpose8x32(rp, off + offsetof(BlockQ3_K, qs) + 32 * hf, q);
+            for (int jj = 0; jj < 4; ++jj) {
+                for (int g = 0; g < 8; ++g) {
+                    t.c[4 * hf + jj][g] = _mm256_or_si256(bits_at8(q[g], 2 * jj, 3, 0), bits_at8(hm[g], 4 * hf + jj, 1, 2));
+                }
+            }
+        }
+    } else {  // Q2_K
+        const __m256 d = fp16x8(rp, off + offsetof(BlockQ2_K, d)), dmin = fp16x8(rp, off + offsetof(BlockQ2_K, dmin));
+        __m256i sc[4];
+        transpose8x16(rp, off + offsetof(BlockQ2_K, scales), sc);
+        for (int h = 0; h < 16; ++h) {
+            const __m256i v = _mm256_srli_epi32(sc[h / 4], 8 * (h % 4));
+            t.s[h] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_and_si256(v, _mm256_set1_epi32(0x0f))));
+            t.m[h] = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(v, 4), _mm256_set1_epi32(0x0f))));
+        }
+        for (int hf = 0; hf < 2; ++hf) {
+            __m256i q[8];
+            transpose8x32(rp, off + offsetof(BlockQ2_K, qs) + 32 * hf, q);
+            for (int jj = 0; jj < 4; ++jj) {
+                for (int g = 0; g < 8; ++g) t.c[4 * hf + jj][g] = bits_at8(q[g], 2 * jj, 3, 0);
+            }
+        }
+    }
+}
+
+// Sum over 16 codes (dwords c[0..4)) times the activation bytes q[0..16) as
+// 8 int32 lanes. Codes <= 31: the four 16-bit pair sums stay below 2^15
+// (4 * 2 * 31 * 127); Q6_K's codes (<= 63) add two at a time.
+template <class Block>
+inline __attribute__((always_inline)) __m256i dot16(const __m256i* c, const int8_t* q) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    auto p = [&](int g) __attribute__((always_inline)) {
+        return _mm256_maddubs_epi16(c[g], _mm256_set1_epi32(load_i32(q + 4 * g)));
+    };
+    if constexpr (std::is_same_v<Block, BlockQ6_K>) {
+        return _mm256_add_epi32(_mm256_madd_epi16(_mm256_add_epi16(p(0), p(1)), ones),
+                                _mm256_madd_epi16(_mm256_add_epi16(p(2), p(3)), ones));
+    } else {
+        return _mm256_madd_epi16(_mm256_add_epi16(_mm256_add_epi16(p(0), p(1)), _mm256_add_epi16(p(2), p(3))), ones);
+    }
+}
+
+// out[0..nv) (+)= v's first nv lanes. Plain stores: vmaskmovps gave wrong
+// results here under GCC 12 with -fsanitize=address,undefined.
+inline void store_lanes(float* out, __m256 v, int nv, bool accumulate) {
+    if (nv == 8) {
+        _mm256_storeu_ps(out, accumulate ? _mm256_add_ps(v, _mm256_loadu_ps(out)) : v);
+        return;
+    }
+    alignas(32) float a[8];
+    _mm256_store_ps(a, v);
+    for (int i = 0; i < nv; ++i) out[i] = accumulate ? out[i] + a[i] : a[i];
+}
+
+// y[t][0..nv) (+)= activation rows t0 .. t0+NR against super-block sb's tile.
+template <class Block, int NR>
+inline __attribute__((always_inline)) void ktile8_rows(const KTile8& t, const PreparedInput& x, int64_t sb, int t0, float* y,
+                                                       int64_t ldy, int nv, bool accumulate) {
+    __m256 F[NR];
+    for (int r = 0; r < NR; ++r) F[r] = _mm256_setzero_ps();
+    for (int j = 0; j < 8; ++j) {
+        const int64_t b = 8 * sb + j;
+        for (int r = 0; r < NR; ++r) {
+            const int8_t* q = x.q8_block(b, t0 + r);
+            const __m256i i0 = dot16<Block>(t.c[j], q), i1 = dot16<Block>(t.c[j] + 4, q + 16);
+            const __m256 dx = _mm256_set1_ps(x.q8_scale(b, t0 + r));
+            const HalfSums hs = *x.half_sums(b, t0 + r);
+            __m256 f = F[r];
+            if constexpr (kGroups16<Block>) {
+                f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i0), _mm256_mul_ps(t.s[2 * j], dx), f);
+                f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i1), _mm256_mul_ps(t.s[2 * j + 1], dx), f);
+                f = _mm256_fnmadd_ps(t.m[2 * j], _mm256_set1_ps(hs.lo), f);
+                f = _mm256_fnmadd_ps(t.m[2 * j + 1], _mm256_set1_ps(hs.hi), f);
+            } else {
+                f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(i0, i1)), _mm256_mul_ps(t.s[j], dx), f);
+                f = _mm256_fnmadd_ps(t.m[j], _mm256_set1_ps(hs.lo + hs.hi), f);
+            }
+            F[r] = f;
+        }
+    }
+    for (int r = 0; r < NR; ++r) store_lanes(y + (t0 + r) * ldy, F[r], nv, accumulate);
+}
+
+template <class Block, int NR>
+void ktile8_rows_n(int nr, const KTile8& t, const PreparedInput& x, int64_t sb, int t0, float* y, int64_t ldy, int nv,
+                   bool accumulate) {
+    if constexpr (NR > 0) {
+        if (nr == NR) return ktile8_rows<Block, NR>(t, x, sb, t0, y, ldy, nv, accumulate);
+        ktile8_rows_n<Block, NR - 1>(nr, t, x, sb, t0, y, ldy, nv, accumulate);
+    }
+}
+
+constexpr int kKTileRows = 4;  // activation rows whose accumulators stay in registers
+
+template <class Block>
+void kq_tile_matmul(const unsigned char* W, size_t rb, const PreparedInput& x, float* y, int64_t ldy, int64_t n0, int64_t n1) {
+    const int64_t nsb = x.k() / kSuperBlock;
+    const int rows = x.rows();
+    KTile8 t;
+    for (int64_t n = n0; n < n1; n += 8) {
+        const int nv = static_cast<int>(std::min<int64_t>(8, n1 - n));
+        const unsigned char* rp[8];  // weight row n + i; rows past n1 repeat the last (never stored)
+        for (int i = 0; i < 8; ++i) rp[i] = W + (n + std::min(i, nv - 1)) * static_cast<int64_t>(rb);
+        for (int64_t sb = 0; sb < nsb; ++sb) {
+            for (int i = 0; i < nv; ++i) {
+                const char* p = reinterpret_cast<const char*>(rp[i]) + (sb + 2) * static_cast<int64_t>(sizeof(Block));
+                for (size_t o = 0; o < sizeof(Block); o += 64) _mm_prefetch(p + o, _MM_HINT_T1);
+            }
+            decode_ktile8<Block>(rp, sb, t);
+            int t0 = 0;
+            for (; t0 + kKTileRows <= rows; t0 += kKTileRows) ktile8_rows<Block, kKTileRows>(t, x, sb, t0, y + n, ldy, nv, sb > 0);
+            if (t0 < rows) ktile8_rows_n<Block, kKTileRows - 1>(rows - t0, t, x, sb, t0, y + n, ldy, nv, sb > 0);
+        }
+    }
+}
+
+template <class Block>
+void kq_matmul_auto(const unsigned char* W, size_t rb, const PreparedInput& x, float* y, int64_t ldy, int64_t n0, int64_t n1) {
+    // Q2_K's row kernel (two scales per group) is slower than its tiles even
+    // for one row (0.55-0.58x in the bench).
+    if (x.rows() < kKTileMinRows && !std::is_same_v<Block, BlockQ2_K>) kq_matmul<Block>(W, rb, x, y, ldy, n0, n1);
+    else kq_tile_matmul<Block>(W, rb, x, y, ldy, n0, n1);
+}
+
 // ------------------------- q5_0 / q5_1 / iq4_nl (and iq4_xs), q8 activations ---
 // The 32-weight types llama.cpp falls back to (rows not a multiple of 256),
 // one weight row at a time, per block b: x_j = d_b * code_j + c_b, so
@@ -704,11 +962,11 @@ void matmul_avx2(TensorType type, const void* W, const PreparedInput& x, float* 
         case TensorType::BF16: matmul_float<TensorType::BF16>(w, rb, x, y, ldy, n0, n1); return;
         case TensorType::Q8_0: matmul_quant<TensorType::Q8_0>(w, rb, x, y, ldy, n0, n1); return;
         case TensorType::Q4_0: matmul_quant<TensorType::Q4_0>(w, rb, x, y, ldy, n0, n1); return;
-        case TensorType::Q4_K: kq_matmul<BlockQ4_K>(w, rb, x, y, ldy, n0, n1); return;
-        case TensorType::Q5_K: kq_matmul<BlockQ5_K>(w, rb, x, y, ldy, n0, n1); return;
-        case TensorType::Q6_K: kq_matmul<BlockQ6_K>(w, rb, x, y, ldy, n0, n1); return;
-        case TensorType::Q3_K: kq_matmul<BlockQ3_K>(w, rb, x, y, ldy, n0, n1); return;
-        case TensorType::Q2_K: kq_matmul<BlockQ2_K>(w, rb, x, y, ldy, n0, n1); return;
+        case TensorType::Q4_K: kq_matmul_auto<BlockQ4_K>(w, rb, x, y, ldy, n0, n1); return;
+        case TensorType::Q5_K: kq_matmul_auto<BlockQ5_K>(w, rb, x, y, ldy, n0, n1); return;
+        case TensorType::Q6_K: kq_matmul_auto<BlockQ6_K>(w, rb, x, y, ldy, n0, n1); return;
+        case TensorType::Q3_K: kq_matmul_auto<BlockQ3_K>(w, rb, x, y, ldy, n0, n1); return;
+        case TensorType::Q2_K: kq_matmul_auto<BlockQ2_K>(w, rb, x, y, ldy, n0, n1); return;
         case TensorType::Q5_0: q32_matmul<TensorType::Q5_0>(w, rb, x, y, ldy, n0, n1); return;
         case TensorType::Q5_1: q32_matmul<TensorType::Q5_1>(w, rb, x, y, ldy, n0, n1); return;
         case TensorType::IQ4_NL: q32_matmul<TensorType::IQ4_NL>(w, rb, x, y, ldy, n0, n1); return;
@@ -719,6 +977,25 @@ void matmul_avx2(TensorType type, const void* W, const PreparedInput& x, float* 
 
 // Decode a weight block (the table's scalar dequantisation), then FMA it
 // into one accumulator per activation row; summed across lanes at the end.
+void matmul_kq_path_avx2(KqPath path, TensorType type, const void* W, const PreparedInput& x, float* y, int64_t ldy,
+                         int64_t n0, int64_t n1) {
+    const unsigned char* w = static_cast<const unsigned char*>(W);
+    const size_t rb = tensor_row_bytes(type, x.k());
+    auto run = [&](auto block) {
+        using Block = decltype(block);
+        if (path == KqPath::Rows) kq_matmul<Block>(w, rb, x, y, ldy, n0, n1);
+        else kq_tile_matmul<Block>(w, rb, x, y, ldy, n0, n1);
+    };
+    switch (type) {
+        case TensorType::Q2_K: run(BlockQ2_K{}); return;
+        case TensorType::Q3_K: run(BlockQ3_K{}); return;
+        case TensorType::Q4_K: run(BlockQ4_K{}); return;
+        case TensorType::Q5_K: run(BlockQ5_K{}); return;
+        case TensorType::Q6_K: run(BlockQ6_K{}); return;
+        default: matmul_avx2(type, W, x, y, ldy, n0, n1); return;
+    }
+}
+
 void matmul_dequant_avx2(TensorType type, const void* W, const PreparedInput& x, float* y, int64_t ldy, int64_t n0,
                          int64_t n1) {
     const TensorTypeTraits& tt = *tensor_type_traits(static_cast<uint32_t>(type));

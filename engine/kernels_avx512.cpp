@@ -27,6 +27,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <type_traits>
 
@@ -900,6 +901,279 @@ void kq_matmul(const unsigned char* W, size_t rb, const PreparedInput& x, float*
     }
 }
 
+// ------------------------ K-quants, several activation rows: 16-row tiles ---
+// The row kernels above decode a weight row once per group of activation
+// rows but then pay gathers, permutes and per-lane scaling for every
+// activation row (9 rows cost 5-6x one). Here, as for q4_0/q8_0, one
+// super-block of 16 weight rows is decoded once into a transposed tile
+// (lane i = weight row i) and each activation row then costs, per 32
+// weights, 8 vpdpbusd with broadcast activation dwords and 3-4 FMAs:
+//   x_w = s_g * code - m_g over groups g of 16 (Q2_K, Q3_K, Q6_K; offsets
+//   as m_g = offset * s_g) or 32 (Q4_K, Q5_K), so per block of 32 and
+//   activation row: dot = dx * sum_g s_g * sum(code * xq) - sum_g m_g * (dx * sum_g(xq)),
+// the last factor being the prepared half sums.
+
+struct KTile {
+    __m512i c[8][8];  // block j of the super-block, dword g: lane i = codes 4g..4g+3 of weight row i (unsigned)
+    __m512 s[16];     // group h (of 16; Q4_K/Q5_K: s[j] per block of 32): lane i = weight row i's scale
+    __m512 m[16];     // as s: lane i = the min (or offset * scale) times the group's activation sum
+};
+
+// Lane i, dword g = bytes off + 4g .. off + 4g + 3 of row rp[i] (16 bytes per row).
+SPECD_INLINE void transpose16x16(const unsigned char* const rp[16], size_t off, __m512i d[4]) {
+    auto ld = [&](int i) __attribute__((always_inline)) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(rp[i] + off)); };
+    __m512i z[4];  // 128-bit lane L of z[m] = row 4L + m
+    SPECD_UNROLL
+    for (int m = 0; m < 4; ++m) {
+        __m512i v = _mm512_castsi128_si512(ld(m));
+        v = _mm512_inserti32x4(v, ld(4 + m), 1);
+        v = _mm512_inserti32x4(v, ld(8 + m), 2);
+        z[m] = _mm512_inserti32x4(v, ld(12 + m), 3);
+    }
+    const __m512i a0 = _mm512_unpacklo_epi32(z[0], z[1]), a1 = _mm512_unpackhi_epi32(z[0], z[1]);
+    const __m512i a2 = _mm512_unpacklo_epi32(z[2], z[3]), a3 = _mm512_unpackhi_epi32(z[2], z[3]);
+    d[0] = _mm512_unpacklo_epi64(a0, a2);
+    d[1] = _mm512_unpackhi_epi64(a0, a2);
+    d[2] = _mm512_unpacklo_epi64(a1, a3);
+    d[3] = _mm512_unpackhi_epi64(a1, a3);
+}
+
+// The same for 32 bytes per row: d[0..8).
+SPECD_INLINE void transpose16x32(const unsigned char* const rp[16], size_t off, __m512i d[8]) {
+    transpose16x16(rp, off, d);
+    transpose16x16(rp, off + 16, d + 4);
+}
+
+// 16 fp16 values, one at rp[i] + off, as floats.
+SPECD_INLINE __m512 fp16x16(const unsigned char* const rp[16], size_t off) {
+    alignas(32) uint16_t h[16];
+    SPECD_UNROLL
+    for (int i = 0; i < 16; ++i) std::memcpy(&h[i], rp[i] + off, 2);
+    return _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(h)));
+}
+
+// Byte e (0..15) of each lane's 16 bytes in d[4], unsigned or signed, as float.
+SPECD_INLINE __m512 byte_u(const __m512i d[4], int e) {
+    return _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(d[e / 4], 8 * (e % 4)), _mm512_set1_epi32(0xff)));
+}
+SPECD_INLINE __m512 byte_s(const __m512i d[4], int e) {
+    return _mm512_cvtepi32_ps(_mm512_srai_epi32(_mm512_slli_epi32(d[e / 4], 24 - 8 * (e % 4)), 24));
+}
+
+// Bits [sh, sh + width) of every byte of v, moved to bit `to`: shifts by
+// 16-bit lanes are safe because the mask keeps only bits from the same byte.
+SPECD_INLINE __m512i bits_at(__m512i v, int sh, int mask, int to) {
+    const __m512i b = _mm512_and_si512(_mm512_srli_epi16(v, sh), _mm512_set1_epi8(static_cast<char>(mask)));
+    return to == 0 ? b : _mm512_slli_epi16(b, to);
+}
+
+// Whether the block type's scale groups are 16 weights (else 32).
+template <class Block>
+constexpr bool kGroups16 = !std::is_same_v<Block, BlockQ4_K> && !std::is_same_v<Block, BlockQ5_K>;
+
+// Decodes super-block `sb` of the 16 weight rows at rp (rows past the last
+// valid one repeat it) into t.
+template <class Block>
+SPECD_INLINE void decode_ktile(const unsigned char* const rp[16], int64_t sb, KTile& t) {
+    const size_t off = static_cast<size_t>(sb) * sizeof(Block);
+    if constexpr (std::is_same_v<Block, BlockQ4_K> || std::is_same_v<Block, BlockQ5_K>) {
+        constexpr bool kQ5 = std::is_same_v<Block, BlockQ5_K>;
+        const __m512 d = fp16x16(rp, off + offsetof(Block, d)), dmin = fp16x16(rp, off + offsetof(Block, dmin));
+        alignas(64) uint8_t buf[16][16];  // per row: the 8 scales, then the 8 mins
+        const unsigned char* bp[16];
+        SPECD_UNROLL
+        for (int i = 0; i < 16; ++i) {
+            _mm_store_si128(reinterpret_cast<__m128i*>(buf[i]), q4_k_scale_bytes(rp[i] + off + offsetof(Block, scales)));
+            bp[i] = buf[i];
+        }
+        __m512i sm[4];
+        transpose16x16(bp, 0, sm);
+        SPECD_UNROLL
+        for (int j = 0; j < 8; ++j) {
+            t.s[j] = _mm512_mul_ps(d, byte_u(sm, j));
+            t.m[j] = _mm512_mul_ps(dmin, byte_u(sm, 8 + j));
+        }
+        __m512i qh[8];
+        if constexpr (kQ5) transpose16x32(rp, off + offsetof(BlockQ5_K, qh), qh);
+        SPECD_UNROLL
+        for (int st = 0; st < 4; ++st) {  // 64-weight stretches: low nibbles = block 2st, high = 2st + 1
+            __m512i raw[8];
+            transpose16x32(rp, off + offsetof(Block, qs) + 32 * st, raw);
+            SPECD_UNROLL
+            for (int g = 0; g < 8; ++g) {
+                __m512i lo = bits_at(raw[g], 0, 0x0f, 0), hi = bits_at(raw[g], 4, 0x0f, 0);
+                if constexpr (kQ5) {  // fifth bit of block j: bit j of qh
+                    lo = _mm512_or_si512(lo, bits_at(qh[g], 2 * st, 1, 4));
+                    hi = _mm512_or_si512(hi, bits_at(qh[g], 2 * st + 1, 1, 4));
+                }
+                t.c[2 * st][g] = lo;
+                t.c[2 * st + 1][g] = hi;
+            }
+        }
+    } else if constexpr (std::is_same_v<Block, BlockQ6_K>) {
+        const __m512 d = fp16x16(rp, off + offsetof(BlockQ6_K, d));
+        __m512i sc[4];
+        transpose16x16(rp, off + offsetof(BlockQ6_K, scales), sc);
+        SPECD_UNROLL
+        for (int h = 0; h < 16; ++h) {
+            t.s[h] = _mm512_mul_ps(d, byte_s(sc, h));
+            t.m[h] = _mm512_mul_ps(_mm512_set1_ps(32.0f), t.s[h]);  // codes 0..63 carry +32
+        }
+        SPECD_UNROLL
+        for (int hf = 0; hf < 2; ++hf) {  // halves of 128: ql bytes 64hf.. and 64hf+32.., qh bytes 32hf..
+            __m512i a[8], b[8], c[8];
+            transpose16x32(rp, off + offsetof(BlockQ6_K, ql) + 64 * hf, a);
+            transpose16x32(rp, off + offsetof(BlockQ6_K, ql) + 64 * hf + 32, b);
+            transpose16x32(rp, off + offsetof(BlockQ6_K, qh) + 32 * hf, c);
+            SPECD_UNROLL
+            for (int g = 0; g < 8; ++g) {
+                t.c[4 * hf + 0][g] = _mm512_or_si512(bits_at(a[g], 0, 0x0f, 0), bits_at(c[g], 0, 3, 4));
+                t.c[4 * hf + 1][g] = _mm512_or_si512(bits_at(b[g], 0, 0x0f, 0), bits_at(c[g], 2, 3, 4));
+                t.c[4 * hf + 2][g] = _mm512_or_si512(bits_at(a[g], 4, 0x0f, 0), bits_at(c[g], 4, 3, 4));
+                t.c[4 * hf + 3][g] = _mm512_or_si512(bits_at(b[g], 4, 0x0f, 0), bits_at(c[g], 6, 3, 4));
+            }
+        }
+    } else if constexpr (std::is_same_v<Block, BlockQ3_K>) {
+        const __m512 d = fp16x16(rp, off + offsetof(BlockQ3_K, d));
+        alignas(64) uint8_t buf[16][16];  // per row: the 16 scales minus 32, int8
+        const unsigned char* bp[16];
+        SPECD_UNROLL
+        for (int i = 0; i < 16; ++i) {
+            _mm_store_si128(reinterpret_cast<__m128i*>(buf[i]), q3_k_scales(rp[i] + off + offsetof(BlockQ3_K, scales)));
+            bp[i] = buf[i];
+        }
+        __m512i sc[4];
+        transpose16x16(bp, 0, sc);
+        SPECD_UNROLL
+        for (int h = 0; h < 16; ++h) {
+            t.s[h] = _mm512_mul_ps(d, byte_s(sc, h));
+            t.m[h] = _mm512_mul_ps(_mm512_set1_ps(4.0f), t.s[h]);  // codes 0..7 carry +4
+        }
+        __m512i hm[8];
+        transpose16x32(rp, off + offsetof(BlockQ3_K, hmask), hm);
+        SPECD_UNROLL
+        for (int hf = 0; hf < 2; ++hf) {
+            __m512i q[8];
+            transpose16x32(rp, off + offsetof(BlockQ3_K, qs) + 32 * hf, q);
+            SPECD_UNROLL
+            for (int jj = 0; jj < 4; ++jj) {
+                SPECD_UNROLL
+                for (int g = 0; g < 8; ++g) {
+                    t.c[4 * hf + jj][g] = _mm512_or_si512(bits_at(q[g], 2 * jj, 3, 0), bits_at(hm[g], 4 * hf + jj, 1, 2));
+                }
+            }
+        }
+    } else {  // Q2_K
+        const __m512 d = fp16x16(rp, off + offsetof(BlockQ2_K, d)), dmin = fp16x16(rp, off + offsetof(BlockQ2_K, dmin));
+        __m512i sc[4];
+        transpose16x16(rp, off + offsetof(BlockQ2_K, scales), sc);
+        SPECD_UNROLL
+        for (int h = 0; h < 16; ++h) {
+            const __m512i v = _mm512_srli_epi32(sc[h / 4], 8 * (h % 4));
+            t.s[h] = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_and_si512(v, _mm512_set1_epi32(0x0f))));
+            t.m[h] = _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(v, 4), _mm512_set1_epi32(0x0f))));
+        }
+        SPECD_UNROLL
+        for (int hf = 0; hf < 2; ++hf) {
+            __m512i q[8];
+            transpose16x32(rp, off + offsetof(BlockQ2_K, qs) + 32 * hf, q);
+            SPECD_UNROLL
+            for (int jj = 0; jj < 4; ++jj) {
+                SPECD_UNROLL
+                for (int g = 0; g < 8; ++g) t.c[4 * hf + jj][g] = bits_at(q[g], 2 * jj, 3, 0);
+            }
+        }
+    }
+}
+
+// y[t][0..16) (+)= activation rows t0 .. t0+NR against super-block sb's tile.
+template <class Block, int NR>
+SPECD_INLINE void ktile_rows(const KTile& t, const PreparedInput& x, int64_t sb, int t0, float* y, int64_t ldy, __mmask16 m,
+                             bool accumulate) {
+    __m512 F[NR];
+    SPECD_UNROLL
+    for (int r = 0; r < NR; ++r) F[r] = accumulate ? _mm512_maskz_loadu_ps(m, y + (t0 + r) * ldy) : _mm512_setzero_ps();
+    for (int j = 0; j < 8; ++j) {
+        const int64_t b = 8 * sb + j;
+        const int8_t* xq = x.q8_block(b, t0);      // row t0 + r at xq + 32r
+        const QuantMeta* xm = x.q8_meta(b, t0);    // row t0 + r at xm + r
+        const HalfSums* hs = x.half_sums(b, t0);   // row t0 + r at hs + r
+        SPECD_UNROLL
+        for (int r = 0; r < NR; ++r) {
+            const int8_t* q = xq + 32 * r;
+            __m512i i0 = _mm512_setzero_si512(), i1 = _mm512_setzero_si512();
+            SPECD_UNROLL
+            for (int g = 0; g < 4; ++g) {
+                i0 = dpbusd_bcast(i0, t.c[j][g], q + 4 * g);
+                i1 = dpbusd_bcast(i1, t.c[j][g + 4], q + 16 + 4 * g);
+            }
+            const __m512 dx = _mm512_set1_ps(xm[r].d);
+            __m512 f = F[r];
+            if constexpr (kGroups16<Block>) {
+                f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i0), _mm512_mul_ps(t.s[2 * j], dx), f);
+                f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i1), _mm512_mul_ps(t.s[2 * j + 1], dx), f);
+                f = _mm512_fnmadd_ps(t.m[2 * j], _mm512_set1_ps(hs[r].lo), f);
+                f = _mm512_fnmadd_ps(t.m[2 * j + 1], _mm512_set1_ps(hs[r].hi), f);
+            } else {
+                f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(i0, i1)), _mm512_mul_ps(t.s[j], dx), f);
+                f = _mm512_fnmadd_ps(t.m[j], _mm512_set1_ps(hs[r].lo + hs[r].hi), f);
+            }
+            F[r] = f;
+        }
+    }
+    SPECD_UNROLL
+    for (int r = 0; r < NR; ++r) _mm512_mask_storeu_ps(y + (t0 + r) * ldy, m, F[r]);
+}
+
+constexpr int kKTileRows = 8;  // activation rows whose accumulators stay in registers
+
+template <class Block, int NR>
+SPECD_INLINE void ktile_rows_n(int nr, const KTile& t, const PreparedInput& x, int64_t sb, int t0, float* y, int64_t ldy,
+                               __mmask16 m, bool accumulate) {
+    if constexpr (NR > 0) {
+        if (nr == NR) return ktile_rows<Block, NR>(t, x, sb, t0, y, ldy, m, accumulate);
+        ktile_rows_n<Block, NR - 1>(nr, t, x, sb, t0, y, ldy, m, accumulate);
+    }
+}
+
+// 16 weight rows at a time: each super-block is decoded once, then used by
+// every activation row (y accumulates across super-blocks).
+template <class Block>
+void kq_tile_matmul(const unsigned char* W, size_t rb, const PreparedInput& x, float* y, int64_t ldy, int64_t n0, int64_t n1) {
+    const int64_t nsb = x.k() / kSuperBlock;
+    const int rows = x.rows();
+    KTile t;
+    for (int64_t n = n0; n < n1; n += 16) {
+        const int nv = static_cast<int>(std::min<int64_t>(16, n1 - n));
+        const __mmask16 m = tail_mask(nv);
+        const unsigned char* rp[16];  // weight row n + i; rows past n1 repeat the last (never stored)
+        for (int i = 0; i < 16; ++i) rp[i] = W + (n + std::min(i, nv - 1)) * static_cast<int64_t>(rb);
+        for (int64_t sb = 0; sb < nsb; ++sb) {
+            // 16 interleaved streams: fetch the next super-blocks into L2 ahead
+            // of the hardware prefetcher (a prefetch past the end never faults).
+            for (int i = 0; i < nv; ++i) {
+                const char* p = reinterpret_cast<const char*>(rp[i]) + (sb + 2) * static_cast<int64_t>(sizeof(Block));
+                SPECD_UNROLL
+                for (size_t o = 0; o < sizeof(Block); o += 64) _mm_prefetch(p + o, _MM_HINT_T1);
+            }
+            decode_ktile<Block>(rp, sb, t);
+            int t0 = 0;
+            for (; t0 + kKTileRows <= rows; t0 += kKTileRows) ktile_rows<Block, kKTileRows>(t, x, sb, t0, y + n, ldy, m, sb > 0);
+            if (t0 < rows) ktile_rows_n<Block, kKTileRows - 1>(rows - t0, t, x, sb, t0, y + n, ldy, m, sb > 0);
+        }
+    }
+}
+
+// The row kernel for one activation row (it streams one weight row at a
+// time, the tile's decode would dominate), tiles for more.
+template <class Block>
+void kq_matmul_auto(const unsigned char* W, size_t rb, const PreparedInput& x, float* y, int64_t ldy, int64_t n0, int64_t n1) {
+    // Q2_K's row kernel (two scales per group) is slower than its tiles even
+    // for one row (0.55-0.58x in the bench).
+    if (x.rows() < kKTileMinRows && !std::is_same_v<Block, BlockQ2_K>) kq_matmul<Block>(W, rb, x, y, ldy, n0, n1);
+    else kq_tile_matmul<Block>(W, rb, x, y, ldy, n0, n1);
+}
+
 // ------------------------- q5_0 / q5_1 / iq4_nl (and iq4_xs), q8 activations ---
 // The 32-weight types llama.cpp falls back to (rows not a multiple of 256),
 // one weight row at a time, two blocks per vpdpbusd. Per block b the codes
@@ -1049,11 +1323,11 @@ void matmul_avx512(TensorType type, const void* W, const PreparedInput& x, float
         case TensorType::BF16: matmul_float<TensorType::BF16>(w, rb, x, y, ldy, n0, n1); return;
         case TensorType::Q8_0: matmul_quant<TensorType::Q8_0>(w, rb, x, y, ldy, n0, n1); return;
         case TensorType::Q4_0: matmul_quant<TensorType::Q4_0>(w, rb, x, y, ldy, n0, n1); return;
-        case TensorType::Q4_K: kq_matmul<BlockQ4_K>(w, rb, x, y, ldy, n0, n1); return;
-        case TensorType::Q5_K: kq_matmul<BlockQ5_K>(w, rb, x, y, ldy, n0, n1); return;
-        case TensorType::Q6_K: kq_matmul<BlockQ6_K>(w, rb, x, y, ldy, n0, n1); return;
-        case TensorType::Q3_K: kq_matmul<BlockQ3_K>(w, rb, x, y, ldy, n0, n1); return;
-        case TensorType::Q2_K: kq_matmul<BlockQ2_K>(w, rb, x, y, ldy, n0, n1); return;
+        case TensorType::Q4_K: kq_matmul_auto<BlockQ4_K>(w, rb, x, y, ldy, n0, n1); return;
+        case TensorType::Q5_K: kq_matmul_auto<BlockQ5_K>(w, rb, x, y, ldy, n0, n1); return;
+        case TensorType::Q6_K: kq_matmul_auto<BlockQ6_K>(w, rb, x, y, ldy, n0, n1); return;
+        case TensorType::Q3_K: kq_matmul_auto<BlockQ3_K>(w, rb, x, y, ldy, n0, n1); return;
+        case TensorType::Q2_K: kq_matmul_auto<BlockQ2_K>(w, rb, x, y, ldy, n0, n1); return;
         case TensorType::Q5_0: q32_matmul<TensorType::Q5_0>(w, rb, x, y, ldy, n0, n1); return;
         case TensorType::Q5_1: q32_matmul<TensorType::Q5_1>(w, rb, x, y, ldy, n0, n1); return;
         case TensorType::IQ4_NL: q32_matmul<TensorType::IQ4_NL>(w, rb, x, y, ldy, n0, n1); return;
@@ -1064,6 +1338,25 @@ void matmul_avx512(TensorType type, const void* W, const PreparedInput& x, float
 
 // Decode a weight block (the table's scalar dequantisation), then FMA it
 // into one accumulator per activation row; summed across lanes at the end.
+void matmul_kq_path_avx512(KqPath path, TensorType type, const void* W, const PreparedInput& x, float* y, int64_t ldy,
+                           int64_t n0, int64_t n1) {
+    const unsigned char* w = static_cast<const unsigned char*>(W);
+    const size_t rb = tensor_row_bytes(type, x.k());
+    auto run = [&](auto block) {
+        using Block = decltype(block);
+        if (path == KqPath::Rows) kq_matmul<Block>(w, rb, x, y, ldy, n0, n1);
+        else kq_tile_matmul<Block>(w, rb, x, y, ldy, n0, n1);
+    };
+    switch (type) {
+        case TensorType::Q2_K: run(BlockQ2_K{}); return;
+        case TensorType::Q3_K: run(BlockQ3_K{}); return;
+        case TensorType::Q4_K: run(BlockQ4_K{}); return;
+        case TensorType::Q5_K: run(BlockQ5_K{}); return;
+        case TensorType::Q6_K: run(BlockQ6_K{}); return;
+        default: matmul_avx512(type, W, x, y, ldy, n0, n1); return;
+    }
+}
+
 void matmul_dequant_avx512(TensorType type, const void* W, const PreparedInput& x, float* y, int64_t ldy, int64_t n0,
                            int64_t n1) {
     const TensorTypeTraits& tt = *tensor_type_traits(static_cast<uint32_t>(type));

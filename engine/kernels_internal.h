@@ -62,6 +62,21 @@ void pack_panel_avx512(const float* x, int64_t ldx, int64_t k, float* panel);
 void matmul_kq_scalar(TensorType type, const void* W, const PreparedInput& x, float* y, int64_t ldy, int64_t n_begin,
                       int64_t n_end);
 
+// The SIMD K-quant matmuls have two shapes: weight row by weight row (lanes
+// along K; best for one activation row, a pure weight stream) and tiles of
+// 16 (AVX-512) or 8 (AVX2) weight rows decoded once per super-block and
+// transposed so lanes run along N (verification and prompt batches: each
+// further activation row costs a few integer dot products per 32 weights).
+// matmul_* picks Tiles from kKTileMinRows activation rows (Q2_K: always);
+// the tests and the bench call a path directly.
+constexpr int kKTileMinRows = 2;
+enum class KqPath { Rows, Tiles };
+// Types other than Q2_K..Q6_K go to matmul_avx2/avx512.
+void matmul_kq_path_avx2(KqPath path, TensorType type, const void* W, const PreparedInput& x, float* y, int64_t ldy,
+                         int64_t n_begin, int64_t n_end);
+void matmul_kq_path_avx512(KqPath path, TensorType type, const void* W, const PreparedInput& x, float* y, int64_t ldy,
+                           int64_t n_begin, int64_t n_end);
+
 // q5_0, q5_1, iq4_nl and iq4_xs weights against the q8 layout (corr = sum).
 void matmul_q32_scalar(TensorType type, const void* W, const PreparedInput& x, float* y, int64_t ldy, int64_t n_begin,
                        int64_t n_end);

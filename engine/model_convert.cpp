@@ -299,6 +299,11 @@ uint32_t llama_file_type(TensorType type) {
         case TensorType::F16: return 1;
         case TensorType::Q4_0: return 2;
         case TensorType::Q8_0: return 7;
+        case TensorType::Q5_0: return 8;
+        case TensorType::Q5_1: return 9;
+        case TensorType::Q4_K: return 14;  // llama.cpp's names: Q4_K_S, Q5_K_S, Q6_K
+        case TensorType::Q5_K: return 16;
+        case TensorType::Q6_K: return 18;
         case TensorType::BF16: return 32;
         default: break;
     }
@@ -381,15 +386,14 @@ void convert_llama2c(const std::string& model_bin, const std::string& tokenizer_
 
 QuantizeStats quantize_model(const std::string& in_gguf, const std::string& out_gguf, TensorType type) {
     if (!tensor_type_writable(type)) {
-        throw Error(std::string("quantize: specd cannot write ") + tensor_type_name(type) + " (it writes f32, f16, bf16, q8_0, q4_0)");
+        throw Error(std::string("quantize: specd cannot write ") + tensor_type_name(type) +
+                    " (it writes f32, f16, bf16, q8_0, q4_0, q5_0, q5_1, q4_K, q5_K, q6_K)");
     }
     const gguf::File in = gguf::File::open(in_gguf);
     gguf::Writer w;
     for (const auto& [key, value] : in.metadata()) w.set(key, value);
     w.set("general.file_type", gguf::Value::u32(llama_file_type(type)));
-    if (type == TensorType::Q8_0 || type == TensorType::Q4_0) {
-        w.set("general.quantization_version", gguf::Value::u32(2));  // ggml's GGML_QNT_VERSION
-    }
+    if (tensor_type_block_elements(type) > 1) w.set("general.quantization_version", gguf::Value::u32(2));  // ggml's GGML_QNT_VERSION
 
     QuantizeStats stats;
     stats.n_tensors = in.tensors().size();

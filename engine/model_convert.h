@@ -13,7 +13,8 @@
 namespace specd {
 
 // llama.cpp's LLAMA_FTYPE for a file whose weights are `type`
-// (general.file_type): f32 0, f16 1, q4_0 2, q8_0 7, bf16 32.
+// (general.file_type): f32 0, f16 1, q4_0 2, q8_0 7, q5_0 8, q5_1 9, Q4_K
+// 14 (Q4_K_S), Q5_K 16 (Q5_K_S), Q6_K 18, bf16 32.
 uint32_t llama_file_type(TensorType type);
 
 // Reads llama2.c's legacy model.bin (7 int32 header + f32 weights) and

@@ -4,7 +4,8 @@
 // multiple of 256 (q5_0, q5_1, IQ4_NL). Layouts are ggml's (ggml-common.h),
 // byte for byte; dequantisation gives ggml's floats bit for bit (the same
 // operations in the same order: x = scale * q - min, each factor rounded to
-// float where ggml rounds it). Quantising into these types is not provided.
+// float where ggml rounds it). Q4_K, Q5_K, Q6_K, q5_0 and q5_1 are also
+// written (quant_k_encode.cpp), for llama.cpp's Q4_K_M/Q5_K_M/Q6_K mixes.
 #pragma once
 
 #include <cstdint>
@@ -112,6 +113,15 @@ void dequantize_q4_k(const void* x, float* y, int64_t n_blocks);
 void dequantize_q5_k(const void* x, float* y, int64_t n_blocks);
 void dequantize_q6_k(const void* x, float* y, int64_t n_blocks);
 void dequantize_iq4_xs(const void* x, float* y, int64_t n_blocks);
+
+// x (n_blocks * block elements) quantised into blocks at y: q5_0 and q5_1
+// as ggml's reference quantizers; Q4_K, Q5_K, Q6_K with ggml's structure and
+// each group's scale (and min) taken from its range (no error search).
+void quantize_q5_0(const float* x, void* y, int64_t n_blocks);
+void quantize_q5_1(const float* x, void* y, int64_t n_blocks);
+void quantize_q4_k(const float* x, void* y, int64_t n_blocks);
+void quantize_q5_k(const float* x, void* y, int64_t n_blocks);
+void quantize_q6_k(const float* x, void* y, int64_t n_blocks);
 
 // Index of the first block whose fp16 scale (or min) is NaN or infinite, or
 // -1: llama.cpp's check of a file's blocks (ggml_validate_row_data).

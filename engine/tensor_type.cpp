@@ -133,14 +133,14 @@ constexpr TensorTypeTraits kTypes[] = {
     {TensorType::F32, "f32", 1, 4, dequantize_f32, nullptr, true},
     {TensorType::F16, "f16", 1, 2, dequantize_f16, nullptr, true},
     {TensorType::Q4_0, "q4_0", kQuantBlock, sizeof(BlockQ4_0), dequantize_q4_0, first_nonfinite_d<BlockQ4_0>, true},
-    {TensorType::Q5_0, "q5_0", kQuantBlock, sizeof(BlockQ5_0), dequantize_q5_0, first_nonfinite_q5_0, false},
-    {TensorType::Q5_1, "q5_1", kQuantBlock, sizeof(BlockQ5_1), dequantize_q5_1, first_nonfinite_q5_1, false},
+    {TensorType::Q5_0, "q5_0", kQuantBlock, sizeof(BlockQ5_0), dequantize_q5_0, first_nonfinite_q5_0, true},
+    {TensorType::Q5_1, "q5_1", kQuantBlock, sizeof(BlockQ5_1), dequantize_q5_1, first_nonfinite_q5_1, true},
     {TensorType::Q8_0, "q8_0", kQuantBlock, sizeof(BlockQ8_0), dequantize_q8_0, first_nonfinite_d<BlockQ8_0>, true},
     {TensorType::Q2_K, "q2_K", kSuperBlock, sizeof(BlockQ2_K), dequantize_q2_k, first_nonfinite_q2_k, false},
     {TensorType::Q3_K, "q3_K", kSuperBlock, sizeof(BlockQ3_K), dequantize_q3_k, first_nonfinite_q3_k, false},
-    {TensorType::Q4_K, "q4_K", kSuperBlock, sizeof(BlockQ4_K), dequantize_q4_k, first_nonfinite_q4_k, false},
-    {TensorType::Q5_K, "q5_K", kSuperBlock, sizeof(BlockQ5_K), dequantize_q5_k, first_nonfinite_q5_k, false},
-    {TensorType::Q6_K, "q6_K", kSuperBlock, sizeof(BlockQ6_K), dequantize_q6_k, first_nonfinite_q6_k, false},
+    {TensorType::Q4_K, "q4_K", kSuperBlock, sizeof(BlockQ4_K), dequantize_q4_k, first_nonfinite_q4_k, true},
+    {TensorType::Q5_K, "q5_K", kSuperBlock, sizeof(BlockQ5_K), dequantize_q5_k, first_nonfinite_q5_k, true},
+    {TensorType::Q6_K, "q6_K", kSuperBlock, sizeof(BlockQ6_K), dequantize_q6_k, first_nonfinite_q6_k, true},
     {TensorType::IQ4_NL, "iq4_nl", kQuantBlock, sizeof(BlockIQ4_NL), dequantize_iq4_nl, first_nonfinite_iq4_nl, false},
     {TensorType::IQ4_XS, "iq4_xs", kSuperBlock, sizeof(BlockIQ4_XS), dequantize_iq4_xs, first_nonfinite_iq4_xs, false},
     {TensorType::BF16, "bf16", 1, 2, dequantize_bf16, nullptr, true},
@@ -270,10 +270,15 @@ void quantize_row(TensorType type, const float* src, void* dst, int64_t n) {
         }
         case TensorType::Q8_0: quantize_q8_0(src, static_cast<BlockQ8_0*>(dst), n / kQuantBlock); return;
         case TensorType::Q4_0: quantize_q4_0(src, static_cast<BlockQ4_0*>(dst), n / kQuantBlock); return;
+        case TensorType::Q5_0: quantize_q5_0(src, dst, n / kQuantBlock); return;
+        case TensorType::Q5_1: quantize_q5_1(src, dst, n / kQuantBlock); return;
+        case TensorType::Q4_K: quantize_q4_k(src, dst, n / kSuperBlock); return;
+        case TensorType::Q5_K: quantize_q5_k(src, dst, n / kSuperBlock); return;
+        case TensorType::Q6_K: quantize_q6_k(src, dst, n / kSuperBlock); return;
         default: break;
     }
     throw Error(std::string("specd cannot write tensor type ") + tensor_type_name(type) +
-                " (it writes f32, f16, bf16, q8_0 and q4_0)");
+                " (it writes f32, f16, bf16, q8_0, q4_0, q5_0, q5_1, q4_K, q5_K and q6_K)");
 }
 
 void dequantize_row(TensorType type, const void* src, float* dst, int64_t n) {

@@ -3,7 +3,8 @@
 // elements: q8_0 = {fp16 scale d; int8 q[32]} (x = d*q), q4_0 = {fp16 d;
 // uint8 qs[16]} with element j in the low nibble of qs[j] and element j+16 in
 // the high nibble (x = d*(nibble-8)). The K-quants (256-element
-// super-blocks) and q5_0/q5_1/IQ4_NL are read, not written: quant_k.h.
+// super-blocks) and q5_0/q5_1/IQ4_NL are in quant_k.h (Q4_K, Q5_K, Q6_K,
+// q5_0 and q5_1 are also written; Q2_K, Q3_K and the IQ4 types only read).
 //
 // Every type is described once, in one table (tensor_type.cpp): its name,
 // block size and bytes, dequantisation, the scale check a loader runs, and
@@ -67,7 +68,8 @@ const TensorTypeTraits* tensor_type_traits(uint32_t raw_type);
 
 // True for the types this project reads (all of the enum).
 bool tensor_type_supported(uint32_t raw_type);
-// True for the types quantize_row() writes: f32, f16, bf16, q8_0, q4_0.
+// True for the types quantize_row() writes: f32, f16, bf16, q8_0, q4_0,
+// q5_0, q5_1, Q4_K, Q5_K, Q6_K.
 bool tensor_type_writable(TensorType type);
 const char* tensor_type_name(TensorType type);                 // ggml's name: "f32", "q4_0", "q6_K", "iq4_nl", ...
 std::optional<TensorType> tensor_type_from_name(std::string_view name);  // any case
@@ -87,7 +89,8 @@ uint16_t fp32_to_bf16(float f);   // round to nearest even
 
 // Convert n floats into `type`'s row layout (n a multiple of the block size
 // for quantized types) and back. Quantization follows ggml's reference
-// (q8_0: d = amax/127; q4_0: d = max/-8 with the signed max-magnitude value)
+// (q8_0: d = amax/127; q4_0: d = max/-8 with the signed max-magnitude value;
+// the K-quants: quant_k.h)
 // and throws specd::Error for a type that is not writable; dequantisation
 // reads every type, bit-identically to ggml's to_float.
 void quantize_row(TensorType type, const float* src, void* dst, int64_t n);

@@ -19,6 +19,8 @@
 #include <string>
 #include <vector>
 
+#include <time.h>
+
 #include "engine/error.h"
 #include "engine/forward.h"
 #include "engine/gguf.h"
@@ -110,7 +112,7 @@ constexpr float kSentinel = -12345.0f;
 
 }  // namespace
 
-TEST_CASE("K-quant types: ggml's numbers, names, block sizes; read but not written", "[quant_k]") {
+TEST_CASE("K-quant types: ggml's numbers, names, block sizes; Q4_K, Q5_K, Q6_K, q5_0, q5_1 also written", "[quant_k]") {
     for (const KType& k : kKTypes) {
         INFO(k.name);
         const TensorTypeTraits* t = tensor_type_traits(static_cast<uint32_t>(k.type));
@@ -121,15 +123,17 @@ TEST_CASE("K-quant types: ggml's numbers, names, block sizes; read but not writt
         CHECK(tensor_type_block_bytes(k.type) == k.block_bytes);
         CHECK(tensor_row_bytes(k.type, 3 * k.block_elements) == 3 * k.block_bytes);
         CHECK_THROWS_WITH(tensor_row_bytes(k.type, k.block_elements + 16), Catch::Contains("not a multiple"));
-        CHECK_FALSE(tensor_type_writable(k.type));
+        const bool written = k.type == TensorType::Q4_K || k.type == TensorType::Q5_K || k.type == TensorType::Q6_K ||
+                             k.type == TensorType::Q5_0 || k.type == TensorType::Q5_1;
+        CHECK(tensor_type_writable(k.type) == written);
         std::vector<float> x(static_cast<size_t>(k.block_elements), 1.0f);
         std::vector<uint8_t> out(k.block_bytes);
-        CHECK_THROWS_WITH(quantize_row(k.type, x.data(), out.data(), k.block_elements), Catch::Contains("cannot write"));
+        if (!written) CHECK_THROWS_WITH(quantize_row(k.type, x.data(), out.data(), k.block_elements), Catch::Contains("cannot write"));
     }
     CHECK(static_cast<uint32_t>(TensorType::Q4_K) == 12);
     CHECK(static_cast<uint32_t>(TensorType::IQ4_XS) == 23);
     CHECK(tensor_type_from_name("Q6_K") == TensorType::Q6_K);
-    CHECK_FALSE(tensor_type_writable(TensorType::Q6_K));
+    CHECK_FALSE(tensor_type_writable(TensorType::Q3_K));
     CHECK(tensor_type_writable(TensorType::Q4_0));
 }
 
@@ -231,7 +235,7 @@ TEST_CASE("matmul, K-quant and fallback weights: every ISA matches double sums o
             const size_t rb = tensor_row_bytes(kt.type, K);
             std::vector<float> wd(static_cast<size_t>(N * K));  // (N, K) decoded
             for (int64_t n = 0; n < N; ++n) dequantize_row(kt.type, w.data() + n * rb, &wd[static_cast<size_t>(n * K)], K);
-            for (int rows : {1, 3, 16, 17, 40}) {
+            for (int rows : {1, 2, 3, 5, 9, 16, 17, 40}) {
                 INFO(kt.name << " K " << K << " rows " << rows);
                 const int64_t ldx = K + 5;
                 std::vector<float> x(static_cast<size_t>(rows * ldx), NAN);  // the gap would poison a wrong read
@@ -274,10 +278,18 @@ TEST_CASE("matmul, K-quant and fallback weights: every ISA matches double sums o
                     in.set_shape(kt.type, rows, K);
                     in.prepare_rows(isa, x.data(), ldx, 0, rows / 2);
                     in.prepare_rows(isa, x.data(), ldx, rows / 2, rows);
-                    for (auto [n0, n1] : {std::pair<int64_t, int64_t>{0, N}, {5, 29}, {N - 1, N}}) {
-                        INFO("isa " << isa_name(isa) << " range [" << n0 << ", " << n1 << ")");
+                    // matmul's own choice, then (K-quants, SIMD) each of the two kernel shapes forced.
+                    std::vector<int> paths{-1};
+                    const bool kq = kt.type == TensorType::Q2_K || kt.type == TensorType::Q3_K || kt.type == TensorType::Q4_K ||
+                                    kt.type == TensorType::Q5_K || kt.type == TensorType::Q6_K;
+                    if (kq && isa != Isa::Scalar) paths = {-1, static_cast<int>(kern::KqPath::Rows), static_cast<int>(kern::KqPath::Tiles)};
+                    for (int path : paths)
+                    for (auto [n0, n1] : {std::pair<int64_t, int64_t>{0, N}, {5, 29}, {N - 1, N}, {16, 32}}) {
+                        INFO("isa " << isa_name(isa) << " path " << path << " range [" << n0 << ", " << n1 << ")");
                         std::vector<float> y(static_cast<size_t>(rows * ldy), kSentinel);
-                        matmul(isa, kt.type, w.data(), in, y.data(), ldy, n0, n1);
+                        if (path < 0) matmul(isa, kt.type, w.data(), in, y.data(), ldy, n0, n1);
+                        else if (isa == Isa::Avx512) kern::matmul_kq_path_avx512(static_cast<kern::KqPath>(path), kt.type, w.data(), in, y.data(), ldy, n0, n1);
+                        else kern::matmul_kq_path_avx2(static_cast<kern::KqPath>(path), kt.type, w.data(), in, y.data(), ldy, n0, n1);
                         for (int t = 0; t < rows; ++t) {
                             for (int64_t n = 0; n < ldy; ++n) {
                                 const float v = y[static_cast<size_t>(t * ldy + n)];
@@ -462,68 +474,109 @@ TEST_CASE("a file with a NaN scale in a K-quant block is refused in one line nam
     }
 }
 
-TEST_CASE("bench: Q4_K, Q5_K and Q6_K matmul, integer kernels on q8 activations against decoding blocks to f32", "[.bench]") {
-    // ./engine_test_quant_k "[.bench]": weights larger than the L3 cache, so
-    // a decode step (1 row) streams them from DRAM as a real model's do.
+TEST_CASE("bench: K-quant matmul, 1 / 2 / 5 / 9 activation rows against one row, tiles against the row kernel", "[.bench]") {
+    // ./engine_test_quant_k "[.bench]": weights 12288 x 4096, larger than
+    // the L3 cache, so a decode step (1 row) streams them from DRAM as a real
+    // model's do; 5 and 9 rows are verification steps (k = 4, 8). Each time
+    // is the median of 9 runs (thread CPU time); the ratios compare times of
+    // the same run.
+    // "tiles" is matmul's choice for 2+ rows, "row kernel" the one-row shape
+    // forced (what every row count used before the tiles).
     std::mt19937 rng(5);
     std::normal_distribution<float> normal(0.0f, 1.0f);
     const int64_t N = 12288, K = 4096;
-    // Calibration: the q4_0 and q8_0 kernels on the same shape and machine.
-    for (TensorType type : {TensorType::Q4_0, TensorType::Q8_0}) {
-        std::vector<float> wf(static_cast<size_t>(K));
-        std::vector<uint8_t> w(tensor_row_bytes(type, K) * static_cast<size_t>(N));
-        for (int64_t n = 0; n < N; ++n) {
-            for (float& v : wf) v = 0.05f * normal(rng);
-            quantize_row(type, wf.data(), w.data() + static_cast<size_t>(n) * tensor_row_bytes(type, K), K);
+    // CPU time of this thread: on a shared machine, time spent descheduled
+    // is not the kernel's.
+    auto cpu_now = [] {
+        timespec ts{};
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+        return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+    };
+    auto median_time = [&](auto&& fn) {
+        std::vector<double> t;
+        for (int rep = 0; rep < 9; ++rep) {
+            const double t0 = cpu_now();
+            fn();
+            t.push_back(cpu_now() - t0);
         }
-        for (int rows : {1, 4, 9}) {
-            std::vector<float> x(static_cast<size_t>(rows * K)), y(static_cast<size_t>(rows * N));
-            for (float& v : x) v = normal(rng);
-            PreparedInput in;
-            in.set_shape(type, rows, K);
-            in.prepare_rows(best_isa(), x.data(), K, 0, rows);
-            double best = 1e30;
-            for (int rep = 0; rep < 7; ++rep) {
-                const auto t0 = std::chrono::steady_clock::now();
-                matmul(best_isa(), type, w.data(), in, y.data(), N, 0, N);
-                best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        std::sort(t.begin(), t.end());
+        return t[t.size() / 2];
+    };
+    std::printf("| type | isa | 1 row | 2 rows | 5 rows | 9 rows | 1 row, tiles | 2 rows, row kernel | 5 rows, row kernel | 9 rows, row kernel |\n");
+    std::printf("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+    const TensorType types[] = {TensorType::Q4_0, TensorType::Q8_0, TensorType::Q2_K, TensorType::Q3_K,
+                                TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K};
+    for (TensorType type : types) {
+        const bool kq = type != TensorType::Q4_0 && type != TensorType::Q8_0;
+        std::vector<uint8_t> w;
+        if (kq) {
+            w = random_rows(type, N, K, 0.05f, rng);
+        } else {
+            std::vector<float> wf(static_cast<size_t>(K));
+            w.resize(tensor_row_bytes(type, K) * static_cast<size_t>(N));
+            for (int64_t n = 0; n < N; ++n) {
+                for (float& v : wf) v = 0.05f * normal(rng);
+                quantize_row(type, wf.data(), w.data() + static_cast<size_t>(n) * tensor_row_bytes(type, K), K);
             }
-            std::printf("%-5s %-6s rows %2d: %7.2f ms (%5.1f GB/s)\n", tensor_type_name(type), isa_name(best_isa()), rows, 1e3 * best,
-                        static_cast<double>(w.size()) / 1e9 / best);
         }
-    }
-    for (TensorType type : {TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K}) {
-        const std::vector<uint8_t> w = random_rows(type, N, K, 0.05f, rng);
-        for (int rows : {1, 4, 9}) {
-            std::vector<float> x(static_cast<size_t>(rows * K));
-            for (float& v : x) v = normal(rng);
-            std::vector<float> y(static_cast<size_t>(rows * N));
-            for (Isa isa : isas()) {
-                if (isa == Isa::Scalar) continue;
-                PreparedInput q8, f32;
-                q8.set_shape(type, rows, K);
-                q8.prepare_rows(isa, x.data(), K, 0, rows);
-                f32.set_shape(TensorType::F16, rows, K);  // the f32 layout the decoding kernels read
-                f32.prepare_rows(isa, x.data(), K, 0, rows);
-                auto time = [&](auto&& fn) {
-                    double best = 1e30;
-                    for (int rep = 0; rep < 7; ++rep) {
-                        const auto t0 = std::chrono::steady_clock::now();
-                        fn();
-                        best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        for (Isa isa : isas()) {
+            if (isa == Isa::Scalar) continue;
+            double t_one = 0.0, t_tile1 = 0.0, t_tile[3] = {0, 0, 0}, t_rowk[3] = {0, 0, 0};
+            for (int rows : {1, 2, 5, 9}) {
+                std::vector<float> x(static_cast<size_t>(rows * K)), y(static_cast<size_t>(rows * N));
+                for (float& v : x) v = normal(rng);
+                PreparedInput in;
+                in.set_shape(type, rows, K);
+                in.prepare_rows(isa, x.data(), K, 0, rows);
+                const double t = median_time([&] { matmul(isa, type, w.data(), in, y.data(), N, 0, N); });
+                if (rows == 1) {
+                    t_one = t;
+                    if (kq) {
+                        t_tile1 = median_time([&] {
+                            if (isa == Isa::Avx512) kern::matmul_kq_path_avx512(kern::KqPath::Tiles, type, w.data(), in, y.data(), N, 0, N);
+                            else kern::matmul_kq_path_avx2(kern::KqPath::Tiles, type, w.data(), in, y.data(), N, 0, N);
+                        });
                     }
-                    return best;
-                };
-                const double t_int = time([&] { matmul(isa, type, w.data(), q8, y.data(), N, 0, N); });
-                const double t_f32 = time([&] {
-                    if (isa == Isa::Avx512) kern::matmul_dequant_avx512(type, w.data(), f32, y.data(), N, 0, N);
-                    else kern::matmul_dequant_avx2(type, w.data(), f32, y.data(), N, 0, N);
-                });
-                const double gb = static_cast<double>(w.size()) / 1e9;
-                std::printf("%-5s %-6s rows %2d: integer %7.2f ms (%5.1f GB/s)  decode-to-f32 %7.2f ms (%5.1f GB/s)  %.2fx\n",
-                            tensor_type_name(type), isa_name(isa), rows, 1e3 * t_int, gb / t_int, 1e3 * t_f32, gb / t_f32,
-                            t_f32 / t_int);
+                    continue;
+                }
+                const int c = rows == 2 ? 0 : rows == 5 ? 1 : 2;
+                t_tile[c] = t;
+                if (kq) {
+                    t_rowk[c] = median_time([&] {
+                        if (isa == Isa::Avx512) kern::matmul_kq_path_avx512(kern::KqPath::Rows, type, w.data(), in, y.data(), N, 0, N);
+                        else kern::matmul_kq_path_avx2(kern::KqPath::Rows, type, w.data(), in, y.data(), N, 0, N);
+                    });
+                }
             }
+            char rk[3][32] = {"-", "-", "-"}, t1[32] = "-";
+            if (kq) std::snprintf(t1, sizeof t1, "%.2fx", t_tile1 / t_one);
+            for (int i = 0; i < 3; ++i) {
+                if (kq) std::snprintf(rk[i], sizeof rk[i], "%.2fx", t_rowk[i] / t_one);
+            }
+            std::printf("| %s | %s | %.2f ms | %.2fx | %.2fx | %.2fx | %s | %s | %s | %s |\n", tensor_type_name(type), isa_name(isa),
+                        1e3 * t_one, t_tile[0] / t_one, t_tile[1] / t_one, t_tile[2] / t_one, t1, rk[0], rk[1], rk[2]);
         }
     }
+}
+
+TEST_CASE("profile: one K-quant tile matmul shape, repeated (SPECD_PROFILE_TYPE, _ROWS)", "[.profile]") {
+    // perf record build/bin/engine_test_quant_k "[.profile]": a steady loop for a profiler.
+    const char* ty = std::getenv("SPECD_PROFILE_TYPE");
+    const char* ro = std::getenv("SPECD_PROFILE_ROWS");
+    TensorType type = TensorType::Q4_K;
+    for (const KType& kt : kKTypes) {
+        if (ty != nullptr && std::string(ty) == kt.name) type = kt.type;
+    }
+    const int rows = ro != nullptr ? std::atoi(ro) : 9;
+    std::mt19937 rng(5);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    const int64_t N = 12288, K = 4096;
+    const std::vector<uint8_t> w = random_rows(type, N, K, 0.05f, rng);
+    std::vector<float> x(static_cast<size_t>(rows * K)), y(static_cast<size_t>(rows * N));
+    for (float& v : x) v = normal(rng);
+    PreparedInput in;
+    in.set_shape(type, rows, K);
+    in.prepare_rows(best_isa(), x.data(), K, 0, rows);
+    for (int rep = 0; rep < 40; ++rep) matmul(best_isa(), type, w.data(), in, y.data(), N, 0, N);
+    SUCCEED();
 }

@@ -1,4 +1,6 @@
 // specd convert / quantize / info: model files in and out of GGUF.
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -13,6 +15,7 @@
 #include "engine/model.h"
 #include "engine/model_convert.h"
 #include "engine/model_summary.h"
+#include "engine/quant_mix.h"
 #include "engine/tensor_type.h"
 #include "tools/specd/commands.h"
 
@@ -20,7 +23,8 @@ namespace specd::cli {
 
 namespace {
 
-constexpr const char* kQuantizeTypes = "f32, f16, bf16, q8_0, q4_0";
+constexpr const char* kQuantizeTypes =
+    "f32, f16, bf16, q8_0, q4_0, q5_0, q5_1, q4_K, q5_K, q6_K (every 2-D tensor), or llama.cpp's mixes Q4_K_M, Q5_K_M, Q6_K";
 
 struct ConvertOptions {
     std::string model_bin;
@@ -51,6 +55,25 @@ void run_convert(const ConvertOptions& o) {
 }
 
 void run_quantize(const QuantizeOptions& o) {
+    if (const std::optional<QuantMix> mix = quant_mix_from_name(o.type); mix) {
+        // llama.cpp's tensor mix. A terminal gets a live line (tensor i of
+        // n, bytes, rate), a pipe or log only the summary.
+        const auto start = std::chrono::steady_clock::now();
+        const bool live = isatty(fileno(stderr)) != 0;
+        double last_draw = -1.0;
+        const QuantizeStats stats = quantize_model_mix(o.input, o.output, *mix, [&](const QuantizeProgress& p) {
+            const double t = seconds_since(start);
+            if (!live || (t - last_draw < 0.1 && p.tensor != p.n_tensors)) return;
+            last_draw = t;
+            std::fprintf(stderr, "\rspecd: quantize: tensor %zu of %zu, %.0f of %.0f MiB, %.0f MiB/s   ", p.tensor, p.n_tensors,
+                         mib(p.bytes_done), mib(p.bytes_total), t > 0.0 ? mib(p.bytes_done) / t : 0.0);
+            if (p.tensor == p.n_tensors) std::fprintf(stderr, "\n");
+        });
+        std::fprintf(stderr, "specd: quantized %s (%.2f MiB) -> %s (%s, %.2f MiB): %zu of %zu tensors quantised in %.2f s\n",
+                     o.input.c_str(), mib(stats.bytes_in), o.output.c_str(), quant_mix_name(*mix), mib(stats.bytes_out),
+                     stats.n_converted, stats.n_tensors, seconds_since(start));
+        return;
+    }
     const std::optional<TensorType> type = tensor_type_from_name(o.type);
     if (!type) throw Error("quantize: unknown type '" + o.type + "' (allowed: " + kQuantizeTypes + ")");
     const auto start = std::chrono::steady_clock::now();
@@ -126,7 +149,7 @@ void register_model_commands(CLI::App& app) {
 
     auto quantize = std::make_shared<QuantizeOptions>();
     CLI::App* quantize_cmd =
-        app.add_subcommand("quantize", "Re-encode a GGUF model's 2-D weights as another type (norms stay f32)");
+        app.add_subcommand("quantize", "Re-encode a GGUF model's 2-D weights as another type, or as llama.cpp's Q4_K_M / Q5_K_M / Q6_K mix (norms stay f32)");
     quantize_cmd->add_option("input", quantize->input, "input GGUF")->required();
     quantize_cmd->add_option("output", quantize->output, "output GGUF")->required();
     quantize_cmd->add_option("type", quantize->type, std::string("target type: ") + kQuantizeTypes)->required();

@@ -11,6 +11,7 @@
 namespace specd::cli {
 
 void register_model_commands(CLI::App& app);     // convert, quantize, info (cmd_model.cpp)
+void register_inflate_command(CLI::App& app);    // inflate (cmd_inflate.cpp)
 void register_tokenize_command(CLI::App& app);   // tokenize (cmd_tokenize.cpp)
 void register_generate_commands(CLI::App& app);  // generate, bench (cmd_generate.cpp)
 void register_bench_spec_command(CLI::App& app); // bench-spec (cmd_bench_spec.cpp)

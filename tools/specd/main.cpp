@@ -11,6 +11,7 @@ int main(int argc, char** argv) {
     app.require_subcommand(1);
     app.set_version_flag("--version", "specd 0.1.0");
     specd::cli::register_model_commands(app);
+    specd::cli::register_inflate_command(app);
     specd::cli::register_tokenize_command(app);
     specd::cli::register_generate_commands(app);
     specd::cli::register_bench_spec_command(app);
