@@ -33,15 +33,6 @@ using namespace specd;
 
 namespace {
 
-const gguf::File& stories_vocab() {
-    static const gguf::File file = [] {
-        INFO("vocabulary from " << test::model_path("stories15M-f32.gguf") << " (run tools/fetch-model.sh)");
-        REQUIRE(test::model_exists("stories15M-f32.gguf"));
-        return gguf::File::open(test::model_path("stories15M-f32.gguf"));
-    }();
-    return file;
-}
-
 // A file removed when the test ends.
 struct TempFile {
     std::string path;
@@ -177,32 +168,6 @@ std::unique_ptr<TempFile> resized_tiny(const std::string& src, int64_t n_vocab, 
     return out;
 }
 
-// Pearson chi-square of observed counts against expected probabilities,
-// pooling cells whose expected count is below 5. Returns {statistic, df}.
-std::pair<double, int> chi_square(const std::map<int64_t, int64_t>& observed, const std::map<int64_t, double>& expected, int64_t n) {
-    double stat = 0, pooled_obs = 0, pooled_exp = 0;
-    int cells = 0;
-    for (const auto& [key, p] : expected) {
-        const double e = p * static_cast<double>(n);
-        const auto it = observed.find(key);
-        const double o = it == observed.end() ? 0.0 : static_cast<double>(it->second);
-        if (e < 5.0) {
-            pooled_obs += o;
-            pooled_exp += e;
-            continue;
-        }
-        stat += (o - e) * (o - e) / e;
-        ++cells;
-    }
-    for (const auto& [key, count] : observed) {
-        if (!expected.count(key)) pooled_obs += static_cast<double>(count);  // impossible outcomes
-    }
-    if (pooled_exp > 0 || pooled_obs > 0) {
-        stat += (pooled_obs - pooled_exp) * (pooled_obs - pooled_exp) / std::max(pooled_exp, 1e-9);
-        ++cells;
-    }
-    return {stat, cells - 1};
-}
 
 // Ids of the stories15M vocabulary (a Llama 2 prompt), and two beyond a
 // draft cut by 128 (the draft is fed its substitute there).
@@ -214,7 +179,7 @@ const std::vector<int32_t> kPrompt = {1, 9038, 2501, 263, 931, 29892, 727, 471, 
 
 TEST_CASE("draft vocabulary: llama.cpp's rule; a refused pair gets one line naming the difference", "[draft-vocab][errors]") {
     const test::FamilyModelSpec base = test::family_preset("llama3");
-    auto target_file = family_file(base, stories_vocab(), "-target");
+    auto target_file = family_file(base, test::stories_vocab(), "-target");
     auto target = LlamaModel::load(target_file->path);
     auto refused = [&](const test::FamilyModelSpec& spec, const gguf::File& vocab, const std::string& tag) {
         auto file = family_file(spec, vocab, tag);
@@ -230,29 +195,29 @@ TEST_CASE("draft vocabulary: llama.cpp's rule; a refused pair gets one line nami
 
     test::FamilyModelSpec spec = base;
     spec.vocab_trim = 128;  // the most llama.cpp allows
-    CHECK(refused(spec, stories_vocab(), "-trim128") == "");
+    CHECK(refused(spec, test::stories_vocab(), "-trim128") == "");
     spec.vocab_trim = 0;
     spec.vocab_pad = 128;
-    CHECK(refused(spec, stories_vocab(), "-pad128") == "");
+    CHECK(refused(spec, test::stories_vocab(), "-pad128") == "");
     spec.vocab_pad = 129;
-    check_line(refused(spec, stories_vocab(), "-pad129"), "vocabulary sizes differ by 129 (draft 32129, target 32000; at most 128 allowed)");
+    check_line(refused(spec, test::stories_vocab(), "-pad129"), "vocabulary sizes differ by 129 (draft 32129, target 32000; at most 128 allowed)");
     spec.vocab_pad = 0;
     spec.vocab_trim = 200;
-    check_line(refused(spec, stories_vocab(), "-trim200"), "vocabulary sizes differ by 200 (draft 31800, target 32000; at most 128 allowed)");
+    check_line(refused(spec, test::stories_vocab(), "-trim200"), "vocabulary sizes differ by 200 (draft 31800, target 32000; at most 128 allowed)");
     spec.vocab_trim = 0;
 
     {
         // One token text changed at id 1000: the first differing id, both texts.
-        auto vf = edited_vocab(stories_vocab(), "text1000", [](const std::string& key, gguf::Value& v) {
+        auto vf = edited_vocab(test::stories_vocab(), "text1000", [](const std::string& key, gguf::Value& v) {
             if (key == "tokenizer.ggml.tokens") v.array[1000] = gguf::Value::str("\xe2\x96\x81" "changed\nline");
         });
         const gguf::File vocab = gguf::File::open(vf->path);
-        const std::string want = "token 1000 is '\xe2\x96\x81" "changed\\nline' in the draft but '" + stories_vocab().get_string_array("tokenizer.ggml.tokens")[1000] + "' in the target";
+        const std::string want = "token 1000 is '\xe2\x96\x81" "changed\\nline' in the draft but '" + test::stories_vocab().get_string_array("tokenizer.ggml.tokens")[1000] + "' in the target";
         check_line(refused(spec, vocab, "-text1000"), want);
     }
     {
         // Ids below 5 (llama.cpp's SPEC_VOCAB_CHECK_START_TOKEN_ID) are not compared.
-        auto vf = edited_vocab(stories_vocab(), "text0", [](const std::string& key, gguf::Value& v) {
+        auto vf = edited_vocab(test::stories_vocab(), "text0", [](const std::string& key, gguf::Value& v) {
             if (key == "tokenizer.ggml.tokens") v.array[0] = gguf::Value::str("<other>");
         });
         const gguf::File vocab = gguf::File::open(vf->path);
@@ -260,22 +225,22 @@ TEST_CASE("draft vocabulary: llama.cpp's rule; a refused pair gets one line nami
     }
     auto no_edit = [](const std::string&, gguf::Value&) {};
     {
-        auto vf = edited_vocab(stories_vocab(), "nobos", no_edit, {{"tokenizer.ggml.add_bos_token", gguf::Value::boolean(false)}});
+        auto vf = edited_vocab(test::stories_vocab(), "nobos", no_edit, {{"tokenizer.ggml.add_bos_token", gguf::Value::boolean(false)}});
         const gguf::File vocab = gguf::File::open(vf->path);
         check_line(refused(spec, vocab, "-nobos"), "BOS differs (draft add_bos false, id 1; target add_bos true, id 1)");
     }
     {
         // A BOS id that differs while both add it.
-        auto vf = edited_vocab(stories_vocab(), "bos5", no_edit, {{"tokenizer.ggml.bos_token_id", gguf::Value::u32(5)}});
+        auto vf = edited_vocab(test::stories_vocab(), "bos5", no_edit, {{"tokenizer.ggml.bos_token_id", gguf::Value::u32(5)}});
         const gguf::File vocab = gguf::File::open(vf->path);
         check_line(refused(spec, vocab, "-bos5"), "BOS differs (draft add_bos true, id 5; target add_bos true, id 1)");
     }
     {
         // An EOS id that differs counts only when EOS is added (llama.cpp).
-        auto vf = edited_vocab(stories_vocab(), "eos5", no_edit, {{"tokenizer.ggml.eos_token_id", gguf::Value::u32(5)}});
+        auto vf = edited_vocab(test::stories_vocab(), "eos5", no_edit, {{"tokenizer.ggml.eos_token_id", gguf::Value::u32(5)}});
         const gguf::File vocab = gguf::File::open(vf->path);
         CHECK(refused(spec, vocab, "-eos5") == "");
-        auto vf2 = edited_vocab(stories_vocab(), "addeos", no_edit, {{"tokenizer.ggml.add_eos_token", gguf::Value::boolean(true)}});
+        auto vf2 = edited_vocab(test::stories_vocab(), "addeos", no_edit, {{"tokenizer.ggml.add_eos_token", gguf::Value::boolean(true)}});
         const gguf::File vocab2 = gguf::File::open(vf2->path);
         check_line(refused(spec, vocab2, "-addeos"), "EOS differs (draft add_eos true, id 2; target add_eos false, id 2)");
     }
@@ -291,7 +256,7 @@ TEST_CASE("draft vocabulary: llama.cpp's rule; a refused pair gets one line nami
     }
     // The proposer refuses before any work, with the same line.
     spec.vocab_trim = 200;
-    auto file = family_file(spec, stories_vocab(), "-trim200b");
+    auto file = family_file(spec, test::stories_vocab(), "-trim200b");
     auto draft = LlamaModel::load(file->path);
     ThreadPool pool(1);
     CHECK_THROWS_WITH(DraftModelProposer(*target, *draft, pool, 64), Catch::Contains("vocabulary sizes differ by 200"));
@@ -303,7 +268,7 @@ TEST_CASE("draft vocabulary shorter (by 1 and 128) or longer (by 64) than the ta
           "[draft-vocab][greedy]") {
     test::FamilyModelSpec target_spec = test::family_preset("llama3");
     target_spec.layers = 3;
-    auto target_file = family_file(target_spec, stories_vocab(), "-target");
+    auto target_file = family_file(target_spec, test::stories_vocab(), "-target");
     auto target = LlamaModel::load(target_file->path);
     for (const auto& [trim, pad] : {std::pair<int64_t, int64_t>{128, 0}, {1, 0}, {0, 64}}) {
         test::FamilyModelSpec draft_spec = target_spec;
@@ -311,7 +276,7 @@ TEST_CASE("draft vocabulary shorter (by 1 and 128) or longer (by 64) than the ta
         draft_spec.vocab_trim = trim;
         draft_spec.vocab_pad = pad;
         draft_spec.pad_row_scale = 3.0f;  // the padded draft prefers its extra ids: the mask is needed
-        auto draft_file = family_file(draft_spec, stories_vocab(), "-draft");
+        auto draft_file = family_file(draft_spec, test::stories_vocab(), "-draft");
         auto draft = LlamaModel::load(draft_file->path);
         REQUIRE(draft->hparams().n_vocab == 32000 - trim + pad);
         if (pad > 0) {
@@ -375,8 +340,8 @@ TEST_CASE("a draft of another architecture with the same vocabulary works (llama
         draft_spec.qkv_bias = false;
         draft_spec.qk_norm = false;
         draft_spec.vocab_trim = 32;
-        auto target_file = family_file(target_spec, stories_vocab(), "-target");
-        auto draft_file = family_file(draft_spec, stories_vocab(), "-draft");
+        auto target_file = family_file(target_spec, test::stories_vocab(), "-target");
+        auto draft_file = family_file(draft_spec, test::stories_vocab(), "-draft");
         auto target = LlamaModel::load(target_file->path);
         auto draft = LlamaModel::load(draft_file->path);
         CHECK(refusal(*target, *draft) == "");
@@ -456,7 +421,7 @@ TEST_CASE("sampled speculation with a draft vocabulary shorter or longer than th
                 drafted += r.stats.n_drafted;
             }
             CHECK(drafted > n / 20);  // speculation really happened
-            const auto [stat, df] = chi_square(observed, expected, n);
+            const auto [stat, df] = test::chi_square(observed, expected, n);
             REQUIRE(df >= 3);
             INFO("draft vocab " << draft_vocab << ", proposer: chi2 " << stat << " df " << df);
             CHECK(stat < test::chi_square_critical_001(df));
@@ -490,7 +455,7 @@ TEST_CASE("sampled speculation with a draft vocabulary shorter or longer than th
                 drafted += sessions[0].core->stats().n_drafted;
             }
             CHECK(drafted > n_batch / 20);
-            const auto [stat, df] = chi_square(observed, expected, n_batch);
+            const auto [stat, df] = test::chi_square(observed, expected, n_batch);
             REQUIRE(df >= 3);
             INFO("draft vocab " << draft_vocab << ", batched: chi2 " << stat << " df " << df);
             CHECK(stat < test::chi_square_critical_001(df));

@@ -28,20 +28,11 @@ using namespace specd;
 
 namespace {
 
-const gguf::File& stories_vocab() {
-    static const gguf::File file = [] {
-        INFO("vocabulary from " << test::model_path("stories15M-f32.gguf") << " (run tools/fetch-model.sh)");
-        REQUIRE(test::model_exists("stories15M-f32.gguf"));
-        return gguf::File::open(test::model_path("stories15M-f32.gguf"));
-    }();
-    return file;
-}
-
 // A family model file removed when the test ends.
 struct TempModel {
     std::string path;
     explicit TempModel(const test::FamilyModelSpec& spec, const std::string& tag = "")
-        : path(test::write_family_model(test::temp_path(spec.name + tag + ".gguf"), spec, stories_vocab())) {}
+        : path(test::write_family_model(test::temp_path(spec.name + tag + ".gguf"), spec, test::stories_vocab())) {}
     TempModel(const TempModel&) = delete;
     ~TempModel() { std::filesystem::remove(path); }
 };

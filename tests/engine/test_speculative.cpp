@@ -20,33 +20,6 @@ using test::load;
 
 namespace {
 
-// Pearson chi-square of observed counts against expected probabilities,
-// pooling cells whose expected count is below 5. Returns {statistic, df}.
-std::pair<double, int> chi_square(const std::map<int64_t, int64_t>& observed, const std::map<int64_t, double>& expected,
-                                  int64_t n) {
-    double stat = 0, pooled_obs = 0, pooled_exp = 0;
-    int cells = 0;
-    for (const auto& [key, p] : expected) {
-        const double e = p * static_cast<double>(n);
-        const auto it = observed.find(key);
-        const double o = it == observed.end() ? 0.0 : static_cast<double>(it->second);
-        if (e < 5.0) {
-            pooled_obs += o;
-            pooled_exp += e;
-            continue;
-        }
-        stat += (o - e) * (o - e) / e;
-        ++cells;
-    }
-    for (const auto& [key, count] : observed) {
-        if (!expected.count(key)) pooled_obs += static_cast<double>(count);  // impossible outcomes
-    }
-    if (pooled_exp > 0 || pooled_obs > 0) {
-        stat += (pooled_obs - pooled_exp) * (pooled_obs - pooled_exp) / std::max(pooled_exp, 1e-9);
-        ++cells;
-    }
-    return {stat, cells - 1};
-}
 
 std::vector<TokenProb> dist(std::initializer_list<TokenProb> l) { return l; }
 
@@ -79,7 +52,7 @@ TEST_CASE("acceptance rule: disjoint supports reject at once and recover from q"
         REQUIRE_FALSE(rule.accept(q, p, i % 2 ? 6 : 7, rng, &rec));
         ++counts[rec];
     }
-    const auto [stat, df] = chi_square(counts, {{0, 0.75}, {1, 0.25}}, n);
+    const auto [stat, df] = test::chi_square(counts, {{0, 0.75}, {1, 0.25}}, n);
     CHECK(stat < test::chi_square_critical_001(df));
 }
 
@@ -109,7 +82,7 @@ TEST_CASE("acceptance rule: the recovered token follows normalize(max(0, q - p))
     }
     CHECK(std::abs(static_cast<double>(rejected) / static_cast<double>(tries) - 0.5) < 0.02);
     // Rejections of token 3 recover from max(0, q-p) = {0: .3, 1: 0, 2: .1} too, the same residual.
-    const auto [stat, df] = chi_square(counts, {{0, 0.75}, {2, 0.25}}, rejected);
+    const auto [stat, df] = test::chi_square(counts, {{0, 0.75}, {2, 0.25}}, rejected);
     CHECK(stat < test::chi_square_critical_001(df));
 }
 
@@ -296,7 +269,7 @@ TEST_CASE("sampled speculative output follows the target distribution (chi-squar
                 drafted += r.stats.n_drafted;
             }
             CHECK(drafted > n / 20);  // speculation really happened
-            const auto [stat, df] = chi_square(observed, expected, n);
+            const auto [stat, df] = test::chi_square(observed, expected, n);
             REQUIRE(df >= 3);
             INFO(p->name() << " temp " << sampling.temperature << ": chi2 " << stat << " df " << df);
             CHECK(stat < test::chi_square_critical_001(df));
@@ -317,7 +290,7 @@ TEST_CASE("sampled speculative output follows the target distribution (chi-squar
                 const GenerationResult r = draft_plain.generate(prompt, gp);
                 ++observed[r.tokens[0] * 8 + r.tokens[1]];
             }
-            const auto [stat, df] = chi_square(observed, expected, n);
+            const auto [stat, df] = test::chi_square(observed, expected, n);
             CHECK(stat > test::chi_square_critical_001(df));
         }
     }

@@ -11,6 +11,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "engine/gguf.h"
 #include "engine/model.h"
 
 namespace specd::test {
@@ -33,6 +34,17 @@ inline std::unique_ptr<LlamaModel> load(const std::string& file) {
     INFO("model " << model_path(file) << " (run tools/fetch-model.sh)");
     REQUIRE(model_exists(file));
     return LlamaModel::load(model_path(file));
+}
+
+// stories15M's GGUF, opened once: the family tests copy its tokenizer.*
+// keys (a real SentencePiece vocabulary) into the models they write.
+inline const gguf::File& stories_vocab() {
+    static const gguf::File file = [] {
+        INFO("vocabulary from " << model_path("stories15M-f32.gguf") << " (run tools/fetch-model.sh)");
+        REQUIRE(model_exists("stories15M-f32.gguf"));
+        return gguf::File::open(model_path("stories15M-f32.gguf"));
+    }();
+    return file;
 }
 
 }  // namespace specd::test

@@ -4,12 +4,15 @@
 // models with the same vocabulary (a target and its draft).
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <random>
 #include <unistd.h>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/gguf.h"
@@ -70,6 +73,35 @@ inline std::string write_tiny_model(const std::string& path, uint32_t seed, floa
 
 inline std::string temp_path(const std::string& name) {
     return (std::filesystem::temp_directory_path() / ("specd-test-" + std::to_string(::getpid()) + "-" + name)).string();
+}
+
+// Pearson chi-square of observed counts against expected probabilities,
+// pooling cells whose expected count is below 5 (and outcomes never
+// expected) into one. Returns {statistic, degrees of freedom}.
+inline std::pair<double, int> chi_square(const std::map<int64_t, int64_t>& observed, const std::map<int64_t, double>& expected,
+                                         int64_t n) {
+    double stat = 0, pooled_obs = 0, pooled_exp = 0;
+    int cells = 0;
+    for (const auto& [key, p] : expected) {
+        const double e = p * static_cast<double>(n);
+        const auto it = observed.find(key);
+        const double o = it == observed.end() ? 0.0 : static_cast<double>(it->second);
+        if (e < 5.0) {
+            pooled_obs += o;
+            pooled_exp += e;
+            continue;
+        }
+        stat += (o - e) * (o - e) / e;
+        ++cells;
+    }
+    for (const auto& [key, count] : observed) {
+        if (!expected.count(key)) pooled_obs += static_cast<double>(count);  // impossible outcomes
+    }
+    if (pooled_exp > 0 || pooled_obs > 0) {
+        stat += (pooled_obs - pooled_exp) * (pooled_obs - pooled_exp) / std::max(pooled_exp, 1e-9);
+        ++cells;
+    }
+    return {stat, cells - 1};
 }
 
 // Upper critical value of chi-square with df degrees of freedom at
