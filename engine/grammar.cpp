@@ -1,6 +1,7 @@
 #include "engine/grammar.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <functional>
 #include <map>
 #include <set>
@@ -109,13 +110,22 @@ private:
                 case 'x': return parse_hex(2);
                 case 'u': return parse_hex(4);
                 case 'U': return parse_hex(8);
-                default: --pos_; fail(std::string("unknown escape \\") + e);
+                default: {
+                    --pos_;
+                    char shown[8];
+                    std::snprintf(shown, sizeof shown, e > 0x20 && e < 0x7f ? "%c" : "x%02X", static_cast<unsigned char>(e));
+                    fail(std::string("unknown escape \\") + shown);
+                }
             }
         }
         const int len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
         if (len == 0 || pos_ + len > text_.size()) fail("invalid UTF-8 in the grammar");
         uint32_t cp = len == 1 ? c : len == 2 ? (c & 0x1F) : len == 3 ? (c & 0x0F) : (c & 0x07);
-        for (int i = 1; i < len; ++i) cp = (cp << 6) | (static_cast<unsigned char>(text_[pos_ + i]) & 0x3F);
+        for (int i = 1; i < len; ++i) {
+            const unsigned char next = static_cast<unsigned char>(text_[pos_ + i]);
+            if ((next & 0xC0) != 0x80) fail("invalid UTF-8 in the grammar");
+            cp = (cp << 6) | (next & 0x3F);
+        }
         pos_ += len;
         return cp;
     }
@@ -241,7 +251,9 @@ private:
                     ++pos_;
                     if (max >= 0 && max < min) fail("repetition maximum below its minimum");
                 }
-                if (last.size() * static_cast<size_t>(std::max(min, max) + 1) > kMaxElements) fail("repetition too large");
+                const size_t copies = last.size() * static_cast<size_t>(std::max(min, max) + 1);
+                if (copies > kMaxElements) fail("repetition too large");
+                if ((total_copied_ += copies) > kMaxGrammarElements) fail("grammar too large (its repetitions expand past a million elements)");
                 repeat(seq, last, min, max);
                 skip_space(nested);
             }
@@ -331,6 +343,8 @@ private:
     }
 
     static constexpr size_t kMaxElements = 100000;  // per repetition: "x"{1000}{1000} would be a million
+    static constexpr size_t kMaxGrammarElements = 1000000;  // all repetitions together: a request's grammar stays small
+    size_t total_copied_ = 0;
     std::string_view text_;
     size_t pos_ = 0;
     Grammar* g_ = nullptr;
