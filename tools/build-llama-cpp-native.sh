@@ -19,7 +19,7 @@ die() { say "error: $*"; exit 1; }
 [ -s "$tarball" ] || die "$tarball is missing"
 commit=$(cat "$cache/llama-cpp-vocab-$version/llama.cpp-commit")
 cpu=$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(avx|avx2|fma|f16c|avx512[a-z_]*|amx[a-z_]*)$' | sort | tr '\n' ' ' | sha256sum | cut -c1-12)
-dir=${SPECD_LLAMA_NATIVE_DIR:-$cache/llama-cpp-native}/${commit:0:12}-$cpu
+dir=${SPECD_LLAMA_NATIVE_DIR:-$cache/llama-cpp-native}/${commit:0:12}-$cpu-noamx
 bin=$dir/build/bin
 targets=(llama-bench llama-speculative-simple llama-quantize)
 
@@ -40,7 +40,10 @@ if [ ! -d "$dir/src/.git" ]; then
   git clone -q "$work/package/llama/gitRelease.bundle" "$dir/src" 2>/dev/null || die "git clone of the bundle failed"
 fi
 say "[2/2] building ${targets[*]} (GGML_NATIVE=ON; ~10-20 minutes on 2 cores, once)"
+# AMX off: where the CPU lists AMX but the VM does not let a process use the
+# tile registers, ggml's AMX matmul crashes (SIGSEGV in ggml_backend_amx_mul_mat).
 cmake -S "$dir/src" -B "$dir/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
+  -DCMAKE_C_FLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16" -DCMAKE_CXX_FLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16" \
   -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF -DBUILD_SHARED_LIBS=OFF >"$dir/configure.log" 2>&1 \
   || die "configure failed (see $dir/configure.log)"
 cmake --build "$dir/build" -j "$(nproc)" --target "${targets[@]}" >"$dir/build.log" 2>&1 \
