@@ -450,7 +450,7 @@ void GrammarMatcher::bound_caches() const {
     state_ids_.clear();
     transitions_.clear();
     masks_.clear();
-    const_cast<GrammarMatcher*>(this)->current_ = intern(std::move(keep));
+    current_ = intern(std::move(keep));
 }
 
 const Grammar::Element& GrammarMatcher::top_element(const Stack& s) const {

@@ -140,7 +140,7 @@ private:
     mutable std::unordered_map<uint64_t, int32_t> transitions_;      // (state << 8 | byte) -> next state or -1
     mutable std::unordered_map<int32_t, std::vector<uint8_t>> masks_;  // state -> allowed_tokens() result
     mutable const TokenTrie* mask_trie_ = nullptr;                   // the trie masks_ were made with
-    int32_t current_ = 0;
+    mutable int32_t current_ = 0;  // the state now (re-interned when bound_caches() drops the caches)
 };
 
 }  // namespace specd
