@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <deque>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <unordered_map>
@@ -70,7 +71,14 @@ private:
     };
 
     void on_accept(beast::error_code ec) {
+        accepted_ = true;
         if (ec) return;
+        if (close_after_accept_) {
+            const auto [code, reason] = *close_after_accept_;
+            close_after_accept_.reset();
+            close(code, reason);
+            return;
+        }
         do_read();
     }
 
@@ -229,6 +237,14 @@ private:
     }
 
     void close(websocket::close_code code, const std::string& reason) {
+        // Beast makes the stream a server's only when the accept completes
+        // (after the 101 is written): a close before then would go out as a
+        // client's, masked, and the peer would drop it. Server::stop can
+        // come in between.
+        if (!accepted_) {
+            close_after_accept_.emplace(code, reason);
+            return;
+        }
         if (closing_) return;
         closing_ = true;
         for (auto& [id, g] : generations_) state_->runtime.cancel(g.handle);
@@ -249,6 +265,8 @@ private:
     std::unordered_map<std::string, OpenTokens> open_tokens_;  // per generation: its last queued token frame
     std::unordered_map<std::string, Generation> generations_;
     bool closing_ = false;
+    bool accepted_ = false;  // the accept completed (successfully or not)
+    std::optional<std::pair<websocket::close_code, std::string>> close_after_accept_;  // a close asked for before that
 };
 
 }  // namespace
