@@ -42,8 +42,8 @@ struct RuntimeConfig {
     int32_t draft_max = 8;             // "draft_max" / MAX_DRAFT_TOKENS: tokens drafted per step at most (4-8 recommended)
     bool adaptive = true;              // "adaptive" / SPECD_ADAPTIVE_DRAFT: per-request draft length from measured acceptance and cost
     int32_t verify_token_budget = 10;  // "spec_token_budget" / SPECD_SPEC_TOKEN_BUDGET: tokens per verify step the load policy
-                                       //   aims at (k <= budget / requests - 1, off below 3); 0: no cap. Raised, up to 24,
-                                       //   to the rows at which the verifier measured a step to cost two single-row steps
+                                       //   aims at (k <= budget / requests - 1, off below 3) until the verifier has measured
+                                       //   its step cost; then k maximises the modelled tokens/s (engine/load_policy.h); 0: no cap
     int32_t ngram_min = 1;             // "ngram_min" / SPECD_NGRAM_MIN: n-gram proposer's shortest match
     int32_t ngram_max = 4;             // "ngram_max" / SPECD_NGRAM_MAX: and longest
     int32_t draft_vocab = 4096;        // "draft_vocab" / SPECD_DRAFT_VOCAB: a CPU draft model's output head covers only the

@@ -303,7 +303,11 @@ void BatchVerifier::step(std::vector<VerifyOutcome>& out) {
         // single-sequence decoder does (the draft-length controller weighs it).
         const double ms = now_ms() - t0;
         for (size_t i = first_out; i < out.size(); ++i) out[i].step_ms = ms;
-        if (probe_ && items_.size() == 1 && !queue_[item_job_[0]].job.prefill) probe_->record(rows, ms);
+        if (probe_) {
+            bool any_prefill = false;
+            for (size_t it = 0; it < items_.size(); ++it) any_prefill = any_prefill || queue_[item_job_[it]].job.prefill;
+            if (!any_prefill) probe_->record(rows, ms);
+        }
     }
     size_t w = 0;
     for (size_t i = 0; i < queue_.size(); ++i) {

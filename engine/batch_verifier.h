@@ -55,9 +55,11 @@ struct VerifyOutcome {
 };
 
 // How the cost of a verifier step grows with its rows, from the steps that
-// hold one request (no prefill): T(1), a plain step, and the cost per extra
-// row from the steps that verify >= kMinRows rows. Written by the verifier's
-// thread, read by sessions on any thread (LoadPolicy).
+// verify without a prompt chunk: T(1), a plain step of one request, and the
+// cost per extra row from the steps of >= kMinRows rows (one request's
+// verification, or many requests' steps together, so the slope is learned
+// at the sizes the load brings). Written by the verifier's thread, read by
+// sessions on any thread (LoadPolicy).
 class StepCostProbe {
 public:
     static constexpr int32_t kMinRows = 4;  // a step of fewer rows tells too little of the slope
@@ -67,6 +69,9 @@ public:
     // T(1) or the slope is unmeasured, kMaxRows when extra rows cost nothing.
     int32_t doubling_rows() const;
     static constexpr int32_t kMaxRows = 1024;
+    // The fit's two terms; < 0 while unmeasured.
+    double single_row_ms() const { return t1_ms_.load(std::memory_order_relaxed); }
+    double per_row_ms() const { return per_row_ms_.load(std::memory_order_relaxed); }
 
 private:
     std::atomic<double> t1_ms_{-1.0};       // EMA of single-row step ms (-1: none yet)

@@ -103,7 +103,10 @@ int32_t SessionCore::next_k() {
     const int32_t remaining = params_.max_tokens - static_cast<int32_t>(output_.size());
     const int32_t limit = std::max(0, std::min({spec_.draft_max, n_ctx_ - cached - 1, remaining - 1}));
     int32_t k = std::min(controller_.next_k(), limit);
-    const int32_t cap = load_.k_cap(last_load_, spec_.draft_max);
+    LoadPolicy::DraftCosts costs;
+    costs.acceptance = controller_.alpha();
+    if (stats_.n_drafted > 0) costs.draft_token_ms = stats_.draft_ms / static_cast<double>(stats_.n_drafted);
+    const int32_t cap = load_.k_cap(last_load_, spec_.draft_max, costs);
     load_plain_ = cap == 0;
     k_chosen_ = true;
     if (cap < k) {

@@ -416,38 +416,20 @@ TEST_CASE("load policy: k shrinks as the load grows and speculation turns off on
     CHECK(p.k_cap(100, 8) == 8);
 }
 
-TEST_CASE("load policy: a budget measured from the verifier's steps rises only where extra rows are nearly free", "[batch]") {
+TEST_CASE("step cost probe: T(1) from single-row steps, the slope from steps of several rows", "[batch]") {
     StepCostProbe probe;
     CHECK(probe.doubling_rows() == 0);  // nothing measured
     probe.record(9, 2.3);               // no single-row step yet: the slope is unknown
     CHECK(probe.doubling_rows() == 0);
+    CHECK(probe.per_row_ms() < 0.0);
     probe.record(1, 2.0);
     CHECK(probe.doubling_rows() == 0);
     probe.record(2, 2.1);               // too few rows to tell the slope
     CHECK(probe.doubling_rows() == 0);
     probe.record(9, 2.3);               // memory-bound: 9 rows cost 1.15 single-row steps
     CHECK(probe.doubling_rows() == 54); // 1 + 2.0 / 0.0375
-
-    LoadPolicy p;
-    p.probe = &probe;
-    CHECK(p.budget() == LoadPolicy::kMaxMeasuredBudget);  // 54, capped: the fit is linear and the cost bends
-    CHECK(p.k_cap(2, 8) == 8);
-    CHECK(p.k_cap(4, 8) == 5);
-    CHECK(p.k_cap(6, 8) == 3);
-    CHECK(p.k_cap(8, 8) == 0);
-    CHECK(p.k_cap(16, 8) == 0);
-    p.verify_token_budget = 0;  // no cap stays no cap
-    CHECK(p.k_cap(100, 8) == 8);
-
-    StepCostProbe compute_bound;  // 9 rows cost 2.3 single-row steps: ~7 rows double a step
-    compute_bound.record(1, 0.84);
-    compute_bound.record(9, 1.9);
-    CHECK(compute_bound.doubling_rows() == 7);
-    LoadPolicy q;
-    q.probe = &compute_bound;
-    CHECK(q.budget() == 10);  // never below the configured budget
-    CHECK(q.k_cap(2, 8) == 4);
-    CHECK(q.k_cap(3, 8) == 0);
+    CHECK(probe.single_row_ms() == Approx(2.0));
+    CHECK(probe.per_row_ms() == Approx(0.0375));
 
     StepCostProbe free_rows;
     free_rows.record(1, 1.0);
@@ -455,11 +437,54 @@ TEST_CASE("load policy: a budget measured from the verifier's steps rises only w
     CHECK(free_rows.doubling_rows() == StepCostProbe::kMaxRows);
 }
 
-TEST_CASE("verifier: its single-request decode steps, and only those, feed the step cost probe", "[batch]") {
+TEST_CASE("load policy: with a measured step cost, speculation stays on at 16 requests where rows are nearly free and turns off where they are not",
+          "[batch]") {
+    // The inflated 1.1B q8_0 target on 2 cores (docs/BENCHMARKS.md):
+    // T(1) 70 ms, ~3.6 ms per extra row; a stories15M q4_0 draft token ~1 ms.
+    StepCostProbe memory_bound;
+    memory_bound.record(1, 70.0);
+    memory_bound.record(16, 70.0 + 15 * 3.6);
+    LoadPolicy p;
+    p.probe = &memory_bound;
+    LoadPolicy::DraftCosts good{0.7, 1.0};
+    CHECK(p.k_cap(1, 8) == 8);  // alone: never capped
+    CHECK(p.k_cap(4, 8, good) >= 3);
+    const int32_t k16 = p.k_cap(16, 8, good);
+    CHECK(k16 >= 1);
+    // The chosen k promises at least kMinGain over plain decoding at 16:
+    const double t16 = 70.0 + 15 * 3.6, tk = 70.0 + (16 * (k16 + 1) - 1) * 3.6 + k16 * 1.0;
+    double e = 0, term = 1;
+    for (int i = 0; i <= k16; ++i, term *= 0.7) e += term;
+    CHECK((16 * e / tk) / (16 / t16) >= LoadPolicy::kMinGain);
+    // A poor draft is not worth its rows at that load, nor at 64.
+    CHECK(p.k_cap(16, 8, {0.2, 1.0}) == 0);
+    CHECK(p.k_cap(64, 8, good) <= k16);
+    // Never above draft-max; no budget, no cap.
+    CHECK(p.k_cap(4, 2, good) <= 2);
+    p.verify_token_budget = 0;
+    CHECK(p.k_cap(100, 8, {0.0, 100.0}) == 8);
+
+    // stories15M f32 target, stories15M q8_0 draft on 2 cores: 9 rows cost
+    // 2.3 single-row steps and a draft token a third of a target step; the
+    // fixed budget's measurement (k = 3 for three sessions ran at 0.75x of
+    // plain) says speculation must be off from three.
+    StepCostProbe compute_bound;
+    compute_bound.record(1, 0.84);
+    compute_bound.record(9, 1.9);
+    LoadPolicy q;
+    q.probe = &compute_bound;
+    const LoadPolicy::DraftCosts costly_draft{0.75, 0.3};
+    CHECK(q.k_cap(3, 8, costly_draft) == 0);
+    CHECK(q.k_cap(16, 8, costly_draft) == 0);
+    // Before the request has drafted, the priors decide (a tenth-size draft, 0.8 acceptance).
+    CHECK(q.k_cap(2, 8) == q.k_cap(2, 8, {LoadPolicy::kPriorAcceptance, LoadPolicy::kPriorDraftShare * 0.84}));
+}
+
+TEST_CASE("verifier: its decode and verification steps, one request's or many's, and only those, feed the step cost probe", "[batch]") {
     auto target = load("stories15M-q8_0.gguf");
     ThreadPool pool(1);
     ForwardPass fwd(*target, pool);
-    PagedKvCache kv(fwd.kv_shape(64, 2));
+    PagedKvCache kv(fwd.kv_shape(64, 3));
     BatchVerifier verifier(fwd, kv);
     StepCostProbe probe;
     verifier.set_cost_probe(&probe);
@@ -492,8 +517,39 @@ TEST_CASE("verifier: its single-request decode steps, and only those, feed the s
     verifier.step(out);
     REQUIRE(out.back().ok);
     CHECK(probe.doubling_rows() > 0);
+    const double slope = probe.per_row_ms();
+    // Two requests' verifications in one step (5 + 5 rows) feed it too.
+    job.tokens = {out.back().next, 5, 6, 7, 8};
+    verifier.submit(job);
+    other.prefill = false;
+    other.tokens = {out[out.size() - 2].next, 9, 10, 11, 12};
+    other.n_draft = 4;
+    verifier.submit(other);
+    out.clear();
+    verifier.step(out);
+    REQUIRE(out.size() == 2);
+    REQUIRE(out[0].ok);
+    REQUIRE(out[1].ok);
+    CHECK(probe.per_row_ms() != slope);
+    // A step that carries a prompt chunk does not.
+    const double slope2 = probe.per_row_ms();
+    VerifyJob third = other;
+    third.request = 3;
+    third.prefill = true;
+    third.n_draft = 0;
+    third.tokens = {1, 100, 200, 300};
+    verifier.submit(third);
+    job.tokens = {out[0].next, 5, 6, 7, 8};
+    verifier.submit(job);
+    out.clear();
+    verifier.step(out);
+    REQUIRE(out.size() == 2);
+    CHECK(out[0].ok);
+    CHECK(out[1].ok);
+    CHECK(probe.per_row_ms() == slope2);
     verifier.close(1);
     verifier.close(2);
+    verifier.close(3);
 }
 
 TEST_CASE("incremental draft contexts: the mirror rebuilds every context the sender had, and asks for a resend when it can't",

@@ -167,6 +167,7 @@ struct BenchOptions {
     bool json = false;
     bool bandwidth = false;
     std::vector<int> concurrency;   // --concurrency: the in-process runtime under load instead
+    std::vector<int32_t> step_rows; // --step-rows: the cost of one decode step over R sequences at once
     std::string draft_model;        // -md with --concurrency
     std::string url;                // --url: load a running server (ws:// or http://), or "self"
     std::string api_key;            // --api-key for --url
@@ -216,6 +217,70 @@ double bench_once(ForwardBackend& fwd, PagedKvCache& kv, int32_t n, bool prompt_
     const double ms = now_ms() - t0;
     kv.free_sequence(seq);
     return 1000.0 * n / ms;
+}
+
+// The cost of one step that decodes one token in each of `rows` sequences
+// (the shape of batched decoding and, with rows = B * (k + 1), of a verify
+// step): each sequence first holds `context` tokens, then `n` steps run.
+// Returns the median ms per step over `repetitions` runs of n steps.
+double step_cost_ms(ForwardBackend& fwd, PagedKvCache& kv, int32_t rows, int32_t context, int32_t n, int32_t repetitions) {
+    const int32_t vocab = fwd.n_vocab();
+    std::vector<int32_t> seqs(static_cast<size_t>(rows));
+    std::vector<int32_t> prompt(static_cast<size_t>(context));  // (context) token ids
+    for (int32_t i = 0; i < context; ++i) prompt[static_cast<size_t>(i)] = 1 + (i * 7919) % (vocab - 1);
+    for (int32_t& s : seqs) {
+        s = kv.create_sequence();
+        BatchItem item;
+        item.seq = s;
+        item.tokens = prompt;
+        fwd.forward(kv, std::span<const BatchItem>(&item, 1));
+    }
+    std::vector<int32_t> next(static_cast<size_t>(rows));  // (rows) one token per sequence
+    std::vector<BatchItem> items(static_cast<size_t>(rows));
+    std::vector<double> per_step;
+    for (int32_t r = 0; r <= repetitions; ++r) {  // run 0 warms up
+        const double t0 = now_ms();
+        for (int32_t step = 0; step < n; ++step) {
+            for (int32_t i = 0; i < rows; ++i) {
+                next[static_cast<size_t>(i)] = 1 + ((step + r * n) * 104729 + i * 7919) % (vocab - 1);
+                items[static_cast<size_t>(i)].seq = seqs[static_cast<size_t>(i)];
+                items[static_cast<size_t>(i)].tokens = std::span<const int32_t>(&next[static_cast<size_t>(i)], 1);
+            }
+            fwd.forward(kv, items);
+        }
+        if (r > 0) per_step.push_back((now_ms() - t0) / n);
+        for (int32_t s : seqs) kv.truncate(s, context);
+    }
+    for (int32_t s : seqs) kv.free_sequence(s);
+    std::sort(per_step.begin(), per_step.end());
+    return per_step[per_step.size() / 2];
+}
+
+void run_bench_step_rows(const BenchOptions& o) {
+    const gpu::BackendChoice device = choose_device(o.device.empty() ? "auto" : o.device);
+    const int32_t context = 32, steps = std::max(1, o.n_gen / 8);
+    std::printf("| model | threads | rows per step | ms per step | x one row | rows/s |\n| --- | ---: | ---: | ---: | ---: | ---: |\n");
+    for (const std::string& path : o.models) {
+        const std::unique_ptr<LlamaModel> model = LlamaModel::load(path);
+        for (int32_t threads : o.threads) {
+            ThreadPool pool(threads);
+            const std::unique_ptr<ForwardBackend> fwd = make_backend(device, *model, pool);
+            const int32_t most = *std::max_element(o.step_rows.begin(), o.step_rows.end());
+            if (most > fwd->options().max_batch_tokens) {
+                throw Error("bench: --step-rows " + std::to_string(most) + " is over the batch limit of " +
+                            std::to_string(fwd->options().max_batch_tokens));
+            }
+            const std::unique_ptr<PagedKvCache> kv = fwd->make_kv_cache(fwd->kv_shape(context + steps + 1, most));
+            double one = 0;
+            for (int32_t rows : o.step_rows) {
+                const double ms = step_cost_ms(*fwd, *kv, rows, context, steps, o.repetitions);
+                if (one == 0) one = ms;
+                std::printf("| %s | %d | %d | %.2f | %.2f | %.1f |\n", model->name().c_str(), threads, rows, ms, ms / one,
+                            1000.0 * rows / ms);
+                std::fflush(stdout);
+            }
+        }
+    }
 }
 
 void run_bench(const BenchOptions& o) {
@@ -321,6 +386,9 @@ void register_generate_commands(CLI::App& app) {
     b->add_flag("--json", bench->json, "print JSON instead of the table");
     b->add_flag("--bandwidth", bench->bandwidth, "also measure DRAM read bandwidth and the tg bound it implies");
     b->add_option("--concurrency", bench->concurrency, "concurrent sessions through the actor runtime, e.g. 1,4,16,64")->delimiter(',');
+    b->add_option("--step-rows", bench->step_rows,
+                  "decode steps over R sequences at once, e.g. 1,4,16,64: ms per step (the first R is the \"x\" baseline)")
+        ->delimiter(',');
     b->add_option("--model-draft", bench->draft_model, "draft model for --concurrency (default: n-gram)");
     b->add_option("--url", bench->url, "load a running server: ws://HOST:PORT or http://HOST:PORT; \"self\": start one in-process and compare");
     b->add_option("--api-key", bench->api_key, "API key for --url");
@@ -331,6 +399,13 @@ void register_generate_commands(CLI::App& app) {
             const int n = bench->n_gen > 0 ? bench->n_gen : 128;
             return run_bench_net(bench->url, bench->models.empty() ? "" : bench->models.at(0), bench->draft_model, levels, n,
                                  bench->repetitions, bench->threads.front(), bench->api_key, bench->device);
+        }
+        if (!bench->step_rows.empty()) {
+            if (bench->models.empty()) throw Error("bench: --step-rows needs -m MODEL");
+            for (int32_t r : bench->step_rows) {
+                if (r < 1) throw Error("bench: --step-rows takes counts >= 1");
+            }
+            return run_bench_step_rows(*bench);
         }
         if (!bench->concurrency.empty()) {
             if (bench->models.empty()) throw Error("bench: --concurrency needs -m TARGET");
