@@ -1041,10 +1041,12 @@ gguf::File open_vocabulary(const std::string& path) {
 // logits (a prefill of 22 rows: cuBLAS), a chunked prefill (4, 9 and 9 rows:
 // the small-batch kernels), then 32 greedy steps of two sequences batched
 // (CUDA graphs once the shape repeats), both backends fed the CPU's picks:
-// the logits within tolerance every step and, for f16 files (the GPU's
-// weights are the file's bits), the GPU's argmax equal to the CPU's in every
-// row: the greedy continuations are identical. Then 32 tokens greedy on the
-// GPU alone through the device argmax, fed back: the CPU's continuation.
+// the logits within tolerance every step. Then 32 tokens greedy on the GPU
+// alone through the device argmax, its picks fed back: the CPU's greedy
+// continuation, token for token (f16 files: the GPU's weights are the
+// file's bits). A divergence passes only at a near-tie: where the CPU's
+// margin between the two picks is within twice the largest |gpu - cpu| seen
+// on that model (16-bit activations may flip it; the log says where).
 // Gemma's windowed layers (window 4) are crossed many times over.
 void check_family_forward(const Context& ctx, std::ostream& log) {
     const gguf::File vocab = open_vocabulary(ctx.models_dir + "/stories15M-f32.gguf");
@@ -1058,7 +1060,8 @@ void check_family_forward(const Context& ctx, std::ostream& log) {
         bool greedy_exact;
     };
     // f16 files: the GPU's weights are the file's; f32 files as bf16: rounded weights, a looser bound.
-    const Case cases[] = {{TensorType::F16, HalfType::F16, 0.02f, true}, {TensorType::F32, HalfType::BF16, 0.08f, false}};
+    // (stories15M measured 0.1% (f16) and 1% (bf16) of its largest logit.)
+    const Case cases[] = {{TensorType::F16, HalfType::F16, 0.01f, true}, {TensorType::F32, HalfType::BF16, 0.05f, false}};
     for (const std::string& family : test::family_preset_names()) {
         for (const Case& c : cases) {
             test::FamilyModelSpec spec = test::family_preset(family);
@@ -1075,8 +1078,8 @@ void check_family_forward(const Context& ctx, std::ostream& log) {
             auto weights = DeviceModel::upload(*model, 0, c.type);
             CudaForward gpu(weights, model.get());
             auto gpu_kv = gpu.make_kv_cache(gpu.kv_shape(128, 3));
-            float worst_ratio = 0.0f;
-            int32_t compared = 0;
+            float worst_ratio = 0.0f, worst_abs = 0.0f;
+            int32_t compared = 0, flips = 0, rows_compared = 0;
             // Both backends on the same items (the same sequence ids in both caches); returns the CPU's logits.
             auto both = [&](std::span<const BatchItem> items, const std::string& what) {
                 const std::span<const float> lc = cpu.forward(cpu_kv, items);
@@ -1090,17 +1093,14 @@ void check_family_forward(const Context& ctx, std::ostream& log) {
                 std::ostringstream quiet;  // compare_logits logs each call; this check logs a summary
                 compare_logits(gpu_rows, cpu_rows, vocab_size, c.rel_tolerance * scale, tag + ", " + what, quiet);
                 worst_ratio = std::max(worst_ratio, scale > 0.0f ? worst / scale : 0.0f);
+                worst_abs = std::max(worst_abs, worst);
                 expect(scale > 4.0f, tag + ", " + what + ": logits up to " + std::to_string(scale) + " only: the model is not peaked");
-                if (c.greedy_exact) {
-                    const size_t rows = cpu_rows.size() / static_cast<size_t>(vocab_size);
-                    for (size_t r = 0; r < rows; ++r) {
-                        const float* g = gpu_rows.data() + r * static_cast<size_t>(vocab_size);
-                        const float* p = cpu_rows.data() + r * static_cast<size_t>(vocab_size);
-                        const auto ga = std::max_element(g, g + vocab_size) - g, ca = std::max_element(p, p + vocab_size) - p;
-                        expect(ga == ca, tag + ", " + what + ", row " + std::to_string(r) + ": the GPU picks " + std::to_string(ga) +
-                                             ", the CPU " + std::to_string(ca) + " (CPU logits " + std::to_string(p[ga]) + " vs " +
-                                             std::to_string(p[ca]) + ")");
-                    }
+                const size_t rows = cpu_rows.size() / static_cast<size_t>(vocab_size);
+                for (size_t r = 0; r < rows; ++r) {  // argmax flips (near-ties: compare_logits refuses any other)
+                    const float* g = gpu_rows.data() + r * static_cast<size_t>(vocab_size);
+                    const float* p = cpu_rows.data() + r * static_cast<size_t>(vocab_size);
+                    flips += std::max_element(g, g + vocab_size) - g != std::max_element(p, p + vocab_size) - p;
+                    ++rows_compared;
                 }
                 ++compared;
                 return cpu_rows;
@@ -1125,6 +1125,8 @@ void check_family_forward(const Context& ctx, std::ostream& log) {
             }
             // Greedy decoding of both, batched; the CPU's picks feed both backends.
             std::vector<int32_t> cpu_greedy;  // sequence a's continuation
+            std::vector<std::vector<float>> cpu_pick_rows;  // (kSteps) the CPU logits row each of cpu_greedy was picked from
+            cpu_pick_rows.emplace_back(prompt_rows.end() - vocab_size, prompt_rows.end());
             int32_t next[2] = {argmax(prompt_rows, prompt.size() - 1), argmax(b_rows, 8)};
             for (int32_t step = 0; step < kSteps; ++step) {
                 cpu_greedy.push_back(next[0]);
@@ -1132,6 +1134,7 @@ void check_family_forward(const Context& ctx, std::ostream& log) {
                 const std::vector<float> rows = both(batch, "decode step " + std::to_string(step));
                 next[0] = argmax(rows, 0);
                 next[1] = argmax(rows, 1);
+                if (step + 1 < kSteps) cpu_pick_rows.emplace_back(rows.begin(), rows.begin() + vocab_size);
             }
             // Sequence c: the GPU alone, greedy through the device argmax, its own picks fed back.
             const int32_t cseq = gpu_kv->create_sequence();
@@ -1146,13 +1149,19 @@ void check_family_forward(const Context& ctx, std::ostream& log) {
             size_t same = 0;
             while (same < cpu_greedy.size() && gpu_greedy[same] == cpu_greedy[same]) ++same;
             const GraphStats& st = gpu.graph_stats();
-            log << "  " << tag << ": " << compared << " calls, max |gpu - cpu| " << worst_ratio
-                << " of the largest logit; greedy on the device equals the CPU's for " << same << "/" << cpu_greedy.size()
+            log << "  " << tag << ": " << compared << " calls, max |gpu - cpu| " << worst_abs << " = " << worst_ratio
+                << " of the largest logit, argmax equal in " << rows_compared - flips << "/" << rows_compared
+                << " rows; greedy on the device equals the CPU's for " << same << "/" << cpu_greedy.size()
                 << " tokens; graphs " << st.captures << " captured, " << st.replays << " replayed\n";
-            if (c.greedy_exact) {
-                expect(same == cpu_greedy.size(), tag + ": the device's greedy continuation leaves the CPU's at token " +
-                                                      std::to_string(same) + " (" + model->tokenizer().decode(gpu_greedy) + " | " +
-                                                      model->tokenizer().decode(cpu_greedy) + ")");
+            if (same < cpu_greedy.size() && c.greedy_exact) {
+                const std::vector<float>& row = cpu_pick_rows[same];
+                const float margin = row[static_cast<size_t>(cpu_greedy[same])] - row[static_cast<size_t>(gpu_greedy[same])];
+                log << "    diverged at token " << same << ": the CPU's margin between its pick and the GPU's is " << margin
+                    << " (near-tie bound " << 2.0f * worst_abs << ")\n";
+                expect(margin <= 2.0f * worst_abs, tag + ": the device's greedy continuation leaves the CPU's at token " +
+                                                       std::to_string(same) + ", not at a near-tie (margin " + std::to_string(margin) +
+                                                       "): " + model->tokenizer().decode(gpu_greedy) + " | " +
+                                                       model->tokenizer().decode(cpu_greedy));
             }
             expect(gpu_kv->length(a) == cpu_kv.length(a) && gpu_kv->length(b) == cpu_kv.length(b),
                    tag + ": sequence lengths differ after the same calls");
