@@ -321,12 +321,17 @@ __global__ void paged_attention_kernel(const float* __restrict__ qkv, int32_t qk
 }
 
 // act(gate) for the gated FFN: SiLU, or GELU's tanh approximation in the
-// CPU engine's expression (engine/forward.cpp gelu_tanh_mul).
+// CPU engine's expression and order (engine/forward.cpp gelu_tanh_mul:
+// 0.5 g (1 + tanh((sqrt(2/pi) g) (1 + (0.044715 g) g)))). Rounded step by
+// step (no FMA contraction), so that the fused gate | up kernel and
+// gated_kernel give the same bits wherever the compiler inlines it.
 template <bool kGelu>
 __device__ __forceinline__ float gate_activation(float g) {
     if constexpr (kGelu) {
         constexpr float kSqrt2OverPi = 0.7978845608f;
-        return 0.5f * g * (1.0f + tanhf(kSqrt2OverPi * g * (1.0f + 0.044715f * g * g)));
+        const float cubic = __fadd_rn(1.0f, __fmul_rn(__fmul_rn(0.044715f, g), g));
+        const float inner = __fmul_rn(__fmul_rn(kSqrt2OverPi, g), cubic);
+        return __fmul_rn(__fmul_rn(0.5f, g), __fadd_rn(1.0f, tanhf(inner)));
     } else {
         return g / (1.0f + expf(-g));
     }

@@ -607,6 +607,22 @@ void check_qkv_rope(const Context&, std::ostream& log) {
             log << "  qkv_rope " << what << ": " << m << " rows, " << differing << " values not bit-equal to gemv + rope_store_kv\n";
         }
     });
+    // NEOX pairs (i, i + rope_half) fall into different 16-row blocks: the fused kernel refuses them.
+    PagedSetup ps;
+    ps.g.heads.neox = true;
+    const Geometry& g = ps.g;
+    DeviceBuffer d_a(static_cast<size_t>(ps.layout.n_rows * 288) * sizeof(uint16_t)),
+        d_w(static_cast<size_t>(g.qkv_ld() * 288) * sizeof(uint16_t)), d_qkv(static_cast<size_t>(ps.layout.n_rows * g.qkv_ld()) * sizeof(float)),
+        d_packed = to_device(ps.layout.packed), d_table(static_cast<size_t>(g.n_ctx * g.heads.rope_half) * sizeof(float));
+    const KvPoolView pool{nullptr, nullptr, HalfType::F16, g.n_layers, g.block_size, g.kv_dim()};
+    bool refused = false;
+    try {
+        launch_gemv_qkv_rope(d_a.as<uint16_t>(), d_w.as<uint16_t>(), d_qkv.as<float>(), g.qkv_ld(), 288, ps.rows(d_packed), g.heads,
+                             d_table.as<float>(), d_table.as<float>(), pool, g.layer, nullptr);
+    } catch (const Error&) {
+        refused = true;
+    }
+    expect(refused, "gemv_qkv_rope ran NEOX pairs");
 }
 
 void check_sampling(const Context&, std::ostream& log) {
