@@ -38,14 +38,14 @@ CudaForward::CudaForward(std::shared_ptr<const DeviceModel> weights, const Llama
     if (options_.max_batch_tokens <= 0 || options_.max_logit_rows <= 0) {
         throw Error("forward: max_batch_tokens and max_logit_rows must be positive");
     }
-    if (hp.dim != hp.n_heads * hp.head_dim) throw Error("cuda forward: dim must equal n_heads * head_dim");
     options_.max_logit_rows = std::min(options_.max_logit_rows, options_.max_batch_tokens);
     const size_t M = static_cast<size_t>(options_.max_batch_tokens), R = static_cast<size_t>(options_.max_logit_rows);
-    const size_t dim = static_cast<size_t>(hp.dim), kvd = static_cast<size_t>(hp.kv_dim()), ffn = static_cast<size_t>(hp.ffn_dim);
-    const size_t vocab = static_cast<size_t>(hp.n_vocab);
+    const size_t dim = static_cast<size_t>(hp.dim), qd = static_cast<size_t>(hp.q_dim()), kvd = static_cast<size_t>(hp.kv_dim());
+    const size_t ffn = static_cast<size_t>(hp.ffn_dim), vocab = static_cast<size_t>(hp.n_vocab);
     x_ = DeviceBuffer(M * dim * sizeof(float));
-    act_ = DeviceBuffer(M * std::max(dim, ffn) * sizeof(uint16_t));
-    qkv_ = DeviceBuffer(M * (dim + 2 * kvd) * sizeof(float));
+    act_ = DeviceBuffer(M * std::max({dim, qd, ffn}) * sizeof(uint16_t));
+    qkv_ = DeviceBuffer(M * (qd + 2 * kvd) * sizeof(float));
+    if (weights_->post_norms()) proj_ = DeviceBuffer(M * dim * sizeof(float));
     gate_up_ = DeviceBuffer(M * 2 * ffn * sizeof(float));
     ffn_act_ = DeviceBuffer(std::min(M, static_cast<size_t>(kGemvMaxRows)) * ffn * sizeof(uint16_t));
     out_act_ = DeviceBuffer(R * dim * sizeof(uint16_t));
@@ -234,12 +234,14 @@ GraphExec CudaForward::capture(const KvCacheShape& shape, int32_t positions) {
 }
 
 void CudaForward::enqueue_forward(const KvCacheShape& ks, int32_t positions) {
+    // engine/forward.cpp's run_layers, step by step; what a family adds is
+    // switched by the model's hparams and each layer's (possibly empty) extras.
     const LlamaHparams& hp = weights_->hparams();
     const int32_t m = layout_.n_rows, r = layout_.n_out;
     cudaStream_t s = stream_.get();
     const int32_t* packed = packed_.as<int32_t>();
 
-    const int32_t dim = hp.dim, kvd = hp.kv_dim(), ffn = hp.ffn_dim, qkv_ld = dim + 2 * kvd;
+    const int32_t dim = hp.dim, qd = hp.q_dim(), kvd = hp.kv_dim(), ffn = hp.ffn_dim, qkv_ld = qd + 2 * kvd;
     const HalfType ht = weights_->type();
     RowsView rows;
     rows.n_rows = m;
@@ -247,42 +249,65 @@ void CudaForward::enqueue_forward(const KvCacheShape& ks, int32_t positions) {
     rows.row_item = packed + layout_.at.row_item;
     rows.block_table = packed + layout_.at.block_table;
     rows.table_stride = layout_.table_stride;
-    const HeadShape heads{hp.n_heads, hp.n_kv_heads, hp.head_dim, hp.rope_dim / 2};
+    const bool neox = hp.family->rope_pairing == RopePairing::Neox;
+    const HeadShape heads{hp.n_heads, hp.n_kv_heads, hp.head_dim, hp.rope_dim / 2, neox};
     const KvPoolView pool{k_pool_.as<uint16_t>(), v_pool_.as<uint16_t>(), ht, ks.n_layers, ks.block_size, ks.kv_dim};
+    const float score_scale = hp.score_scale();
+    const GateActivation gate_act =
+        hp.family->ffn_activation == FfnActivation::GeluTanh ? GateActivation::GeluTanh : GateActivation::Silu;
 
     float* x = x_.as<float>();
     uint16_t* act = act_.as<uint16_t>();
     float* qkv = qkv_.as<float>();
     float* gate_up = gate_up_.as<float>();
+    float* proj = proj_.as<float>();  // null without post-norms
+    // out (m, dim) of a block (wo or w_down, input width k): added to the
+    // residual stream by the GEMM itself, or, with a post-norm, written to
+    // proj and added normed.
+    auto block_output = [&](const uint16_t* in, const DeviceBuffer& w, int32_t k, const DeviceBuffer& post_norm) {
+        if (post_norm.empty()) {
+            gemm(in, w.as<uint16_t>(), x, m, dim, k, 1.0f);  // x += in · w^T
+        } else {
+            gemm(in, w.as<uint16_t>(), proj, m, dim, k, 0.0f);
+            launch_add_rms_norm(proj, post_norm.as<float>(), m, dim, hp.rms_eps, x, s);  // x += rmsnorm(in · w^T)
+        }
+    };
 
-    launch_embed_gather(weights_->token_embedding(), ht, packed + layout_.at.row_token, m, dim, x, s);
+    launch_embed_gather(weights_->token_embedding(), ht, packed + layout_.at.row_token, m, dim, hp.embedding_scale, x, s);
     for (int32_t l = 0; l < hp.n_layers; ++l) {
         const DeviceLayer& L = weights_->layers()[static_cast<size_t>(l)];
+        const float* rope_cos = weights_->rope_cos(L.windowed);
+        const float* rope_sin = weights_->rope_sin(L.windowed);
         launch_rms_norm_to_half(x, L.attn_norm.as<float>(), nullptr, m, dim, hp.rms_eps, ht, act, s);
-        if (gemv_on_ && gemv_fits(act, L.wqkv.as<uint16_t>(), m, dim)) {
+        const QkvExtras extras{L.bqkv.as<float>(), L.q_norm.as<float>(), L.k_norm.as<float>(), hp.rms_eps};
+        const bool plain_qkv = !neox && !extras.bias && !extras.q_norm;  // Llama's graph: the fused kernel's case
+        if (plain_qkv && gemv_on_ && gemv_fits(act, L.wqkv.as<uint16_t>(), m, dim)) {
             // Decode and verification sizes: q | k | v, RoPE and the K/V stores in one kernel.
-            launch_gemv_qkv_rope(act, L.wqkv.as<uint16_t>(), qkv, qkv_ld, dim, rows, heads, weights_->rope_cos(), weights_->rope_sin(),
-                                 pool, l, s);
+            launch_gemv_qkv_rope(act, L.wqkv.as<uint16_t>(), qkv, qkv_ld, dim, rows, heads, rope_cos, rope_sin, pool, l, s);
         } else {
             gemm(act, L.wqkv.as<uint16_t>(), qkv, m, qkv_ld, dim, 0.0f);
-            launch_rope_store_kv(qkv, qkv_ld, rows, heads, weights_->rope_cos(), weights_->rope_sin(), pool, l, s);
+            launch_rope_store_kv(qkv, qkv_ld, rows, heads, rope_cos, rope_sin, pool, l, extras, s);
         }
-        launch_paged_attention(qkv, qkv_ld, rows, heads, pool, l, positions, ht, act, s);
-        gemm(act, L.wo.as<uint16_t>(), x, m, dim, dim, 1.0f);  // x += attention · wo^T
+        launch_paged_attention(qkv, qkv_ld, rows, heads, pool, l, positions, score_scale, L.windowed ? hp.sliding_window : 0, ht,
+                               act, s);
+        block_output(act, L.wo, qd, L.post_attn_norm);  // the attention output (m, q_dim) through wo
         launch_rms_norm_to_half(x, L.ffn_norm.as<float>(), nullptr, m, dim, hp.rms_eps, ht, act, s);
         if (gemv_on_ && gemv_fits(act, L.w_gate_up.as<uint16_t>(), m, dim)) {
-            // Decode and verification sizes: gate | up and SwiGLU in one kernel, into their own buffer.
-            launch_gemv_swiglu(act, L.w_gate_up.as<uint16_t>(), ht, m, ffn, dim, ffn_act_.as<uint16_t>(), s);
-            gemm(ffn_act_.as<uint16_t>(), L.w_down.as<uint16_t>(), x, m, dim, ffn, 1.0f);  // x += swiglu · w_down^T
+            // Decode and verification sizes: gate | up and the activation in one kernel, into their own buffer.
+            launch_gemv_gated(act, L.w_gate_up.as<uint16_t>(), ht, gate_act, m, ffn, dim, ffn_act_.as<uint16_t>(), s);
+            block_output(ffn_act_.as<uint16_t>(), L.w_down, ffn, L.post_ffn_norm);
         } else {
             gemm(act, L.w_gate_up.as<uint16_t>(), gate_up, m, 2 * ffn, dim, 0.0f);
-            launch_swiglu_to_half(gate_up, m, ffn, ht, act, s);
-            gemm(act, L.w_down.as<uint16_t>(), x, m, dim, ffn, 1.0f);  // x += swiglu · w_down^T
+            launch_gated_to_half(gate_up, m, ffn, gate_act, ht, act, s);
+            block_output(act, L.w_down, ffn, L.post_ffn_norm);
         }
     }
     launch_rms_norm_to_half(x, weights_->output_norm(), packed + layout_.at.out_row, r, dim, hp.rms_eps, ht,
                             out_act_.as<uint16_t>(), s);
     gemm(out_act_.as<uint16_t>(), weights_->classifier(), logits_.as<float>(), r, hp.n_vocab, dim, 0.0f);
+    if (hp.final_logit_softcap > 0.0f) {
+        launch_softcap(logits_.as<float>(), static_cast<size_t>(r) * static_cast<size_t>(hp.n_vocab), hp.final_logit_softcap, s);
+    }
 }
 
 void CudaForward::finish(PagedKvCache& kv, std::span<const BatchItem> items) {

@@ -1,11 +1,14 @@
-// The Llama forward pass on a CUDA GPU, behind the engine's ForwardBackend
-// interface: own kernels for the element-wise parts and attention over the
-// paged KV cache (gpu/kernels.h), and matrix products (16-bit in, f32
+// The forward pass of every model family (engine/model_family.h) on a CUDA
+// GPU, behind the engine's ForwardBackend interface, in engine/forward.cpp's
+// order: own kernels for the element-wise parts (norms, biases, Q/K norms,
+// RoPE in either pairing, post-norms, the gate activation, soft-capping)
+// and attention over the paged KV cache (windowed on sliding-window
+// layers) (gpu/kernels.h), and matrix products (16-bit in, f32
 // accumulate) for the projections and the classifier: for steps of at most
 // kGemvMaxRows tokens (decode, verification) an own tensor-core kernel that
 // streams each weight once and gives a row the same bits whatever the batch
-// (launch_gemv; gate | up with SwiGLU, and q | k | v with RoPE and the K/V
-// stores, fused), for larger batches cuBLAS.
+// (launch_gemv; gate | up with its activation, and, for Llama's graph,
+// q | k | v with RoPE and the K/V stores, fused), for larger batches cuBLAS.
 // SPECD_CUDA_GEMV=0 (or set_small_batch_gemv(false)) sends every product to
 // cuBLAS. Each instance owns one stream and one cuBLAS handle: it is one
 // "GPU compute actor". Two instances (the draft's and the verifier's) on one
@@ -120,10 +123,11 @@ private:
 
     // Scratch, M = max_batch_tokens, R = max_logit_rows.
     DeviceBuffer x_;         // (M, dim) f32 residual stream
-    DeviceBuffer act_;       // (M, max(dim, ffn_dim)) 16-bit: GEMM inputs (normed rows, attention output, SwiGLU output)
-    DeviceBuffer qkv_;       // (M, dim + 2*kv_dim) f32 q | k | v
+    DeviceBuffer act_;       // (M, max(dim, q_dim, ffn_dim)) 16-bit: GEMM inputs (normed rows, attention output, gated FFN output)
+    DeviceBuffer qkv_;       // (M, q_dim + 2*kv_dim) f32 q | k | v
+    DeviceBuffer proj_;      // (M, dim) f32 wo / w_down products before their post-norm (models with post-norms), else empty
     DeviceBuffer gate_up_;   // (M, 2*ffn_dim) f32 gate | up
-    DeviceBuffer ffn_act_;   // (min(M, kGemvMaxRows), ffn_dim) 16-bit SwiGLU output of launch_gemv_swiglu
+    DeviceBuffer ffn_act_;   // (min(M, kGemvMaxRows), ffn_dim) 16-bit gated FFN output of launch_gemv_gated
     DeviceBuffer out_act_;   // (R, dim) 16-bit normed rows that need logits
     DeviceBuffer logits_;    // (R, n_vocab) f32
     DeviceBuffer tokens_;    // (R) int32 argmax per row

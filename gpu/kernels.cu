@@ -8,6 +8,7 @@
 #include <cuda_fp16.h>
 
 #include <cfloat>
+#include <cmath>
 #include <cstdint>
 #include <string>
 
@@ -138,11 +139,11 @@ __device__ void block_best(float& v, int32_t& id, float* scratch_v, int32_t* scr
 
 template <bool kBf16>
 __global__ void embed_gather_kernel(const uint16_t* __restrict__ table, const int32_t* __restrict__ tokens, int32_t dim,
-                                    float* __restrict__ x) {
+                                    float scale, float* __restrict__ x) {
     const int32_t r = blockIdx.x;
     const uint16_t* src = table + static_cast<size_t>(tokens[r]) * dim;
     float* dst = x + static_cast<size_t>(r) * dim;
-    for (int32_t i = threadIdx.x; i < dim; i += blockDim.x) dst[i] = to_f32<kBf16>(src[i]);
+    for (int32_t i = threadIdx.x; i < dim; i += blockDim.x) dst[i] = to_f32<kBf16>(src[i]) * scale;
 }
 
 template <bool kBf16>
@@ -159,6 +160,21 @@ __global__ void rms_norm_kernel(const float* __restrict__ x, const float* __rest
     for (int32_t i = threadIdx.x; i < dim; i += blockDim.x) dst[i] = from_f32<kBf16>(src[i] * scale * weight[i]);
 }
 
+// x[r] += rmsnorm(proj[r]) * weight: one block per row, as the CPU's
+// add_normed_rows (the normed value rounded to f32 before the add).
+__global__ void add_rms_norm_kernel(const float* __restrict__ proj, const float* __restrict__ weight, int32_t dim, float eps,
+                                    float* __restrict__ x) {
+    __shared__ float scratch[kRowThreads / kWarp];
+    const int32_t r = blockIdx.x;
+    const float* src = proj + static_cast<size_t>(r) * dim;
+    float* dst = x + static_cast<size_t>(r) * dim;
+    float ss = 0.0f;
+    for (int32_t i = threadIdx.x; i < dim; i += blockDim.x) ss += src[i] * src[i];
+    ss = block_sum(ss, scratch);
+    const float scale = 1.0f / sqrtf(ss / static_cast<float>(dim) + eps);
+    for (int32_t i = threadIdx.x; i < dim; i += blockDim.x) dst[i] += src[i] * scale * weight[i];
+}
+
 // Offset of (block b, layer, slot) in the pool, in elements.
 __device__ __forceinline__ size_t pool_offset(int32_t block, int32_t layer, int32_t slot, const KvPoolView& pool) {
     return ((static_cast<size_t>(block) * pool.n_layers + layer) * pool.block_size + slot) * static_cast<size_t>(pool.kv_dim);
@@ -168,28 +184,55 @@ __device__ __forceinline__ int32_t block_of(const RowsView& rows, int32_t r, int
     return rows.block_table[static_cast<size_t>(rows.row_item[r]) * rows.table_stride + pos / block_size];
 }
 
+// One block per row: the extras (biases, then the Q/K head norms), RoPE,
+// then the K/V stores, each step behind a barrier since a step's threads
+// read what other threads of the previous one wrote.
 template <bool kBf16>
 __global__ void rope_store_kv_kernel(float* __restrict__ qkv, int32_t qkv_ld, RowsView rows, HeadShape heads,
                                      const float* __restrict__ rope_cos, const float* __restrict__ rope_sin, KvPoolView pool,
-                                     int32_t layer) {
+                                     int32_t layer, QkvExtras extras) {
     const int32_t r = blockIdx.x;
     const int32_t pos = rows.row_pos[r];
-    const int32_t q_dim = heads.n_heads * heads.head_dim, kv_dim = heads.n_kv_heads * heads.head_dim;
+    const int32_t hd = heads.head_dim;
+    const int32_t q_dim = heads.n_heads * hd, kv_dim = heads.n_kv_heads * hd;
     float* q = qkv + static_cast<size_t>(r) * qkv_ld;
     float* k = q + q_dim;
     const float* v = k + kv_dim;
+    if (extras.bias) {  // bq | bk | bv onto q | k | v (Qwen2)
+        for (int32_t j = threadIdx.x; j < q_dim + 2 * kv_dim; j += blockDim.x) q[j] += extras.bias[j];
+        __syncthreads();
+    }
+    if (extras.q_norm) {
+        // RMSNorm of each q head and each k head (Qwen3, Gemma 3): one warp
+        // per head, every lane of the warp on the same head (warp_sum needs all 32).
+        const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, n_warps = blockDim.x / kWarp;
+        for (int32_t head = warp; head < heads.n_heads + heads.n_kv_heads; head += n_warps) {
+            const bool is_q = head < heads.n_heads;
+            float* x = is_q ? q + static_cast<size_t>(head) * hd : k + static_cast<size_t>(head - heads.n_heads) * hd;
+            const float* w = is_q ? extras.q_norm : extras.k_norm;
+            float ss = 0.0f;
+            for (int32_t i = lane; i < hd; i += kWarp) ss += x[i] * x[i];
+            ss = warp_sum(ss);
+            const float scale = 1.0f / sqrtf(ss / static_cast<float>(hd) + extras.eps);
+            for (int32_t i = lane; i < hd; i += kWarp) x[i] = x[i] * scale * w[i];
+        }
+        __syncthreads();
+    }
     const float* c = rope_cos + static_cast<size_t>(pos) * heads.rope_half;
     const float* s = rope_sin + static_cast<size_t>(pos) * heads.rope_half;
-    // Pairs of q heads then pairs of k heads; each pair is rotated by one thread.
+    // Pairs of q heads then pairs of k heads; each pair is rotated by one
+    // thread. Pair i of a head: elements (2i, 2i+1), or NEOX (i, i + rope_half);
+    // elements from rope_dim on are left as they are (partial rotary).
     const int32_t q_pairs = heads.n_heads * heads.rope_half, all_pairs = q_pairs + heads.n_kv_heads * heads.rope_half;
     for (int32_t p = threadIdx.x; p < all_pairs; p += blockDim.x) {
         float* base = p < q_pairs ? q : k;
         const int32_t local = p < q_pairs ? p : p - q_pairs;
         const int32_t head = local / heads.rope_half, i = local % heads.rope_half;
-        float* pair = base + static_cast<size_t>(head) * heads.head_dim + 2 * i;
-        const float x0 = pair[0], x1 = pair[1];
-        pair[0] = x0 * c[i] - x1 * s[i];
-        pair[1] = x0 * s[i] + x1 * c[i];
+        float* x0p = base + static_cast<size_t>(head) * hd + (heads.neox ? i : 2 * i);
+        float* x1p = heads.neox ? x0p + heads.rope_half : x0p + 1;
+        const float x0 = *x0p, x1 = *x1p;
+        *x0p = x0 * c[i] - x1 * s[i];
+        *x1p = x0 * s[i] + x1 * c[i];
     }
     __syncthreads();  // k is rotated before it is stored
     const int32_t block = block_of(rows, r, pos, pool.block_size);
@@ -201,19 +244,23 @@ __global__ void rope_store_kv_kernel(float* __restrict__ qkv, int32_t qkv_ld, Ro
 }
 
 // One block per (head, row). Shared memory: q (head_dim), then the scores
-// of positions [0, max_positions), then 32 floats of reduction scratch.
+// of the row's visible positions (at most max_positions), then 32 floats of
+// reduction scratch. The row sees positions [first, pos]: first > 0 only in
+// a window (window > 0), whose positions before it are never read.
 template <bool kBf16>
 __global__ void paged_attention_kernel(const float* __restrict__ qkv, int32_t qkv_ld, RowsView rows, HeadShape heads,
-                                       KvPoolView pool, int32_t layer, int32_t max_positions, uint16_t* __restrict__ out) {
+                                       KvPoolView pool, int32_t layer, int32_t max_positions, float scale, int32_t window,
+                                       uint16_t* __restrict__ out) {
     extern __shared__ float smem[];
     const int32_t hd = heads.head_dim;
     float* q = smem;                      // (head_dim) scaled query
-    float* scores = q + hd;               // (max_positions)
+    float* scores = q + hd;               // (max_positions) scores[j] of position first + j
     float* scratch = scores + max_positions;  // (32)
     const int32_t h = blockIdx.x, r = blockIdx.y;
-    const int32_t n_pos = rows.row_pos[r] + 1;
+    const int32_t pos = rows.row_pos[r];
+    const int32_t first = window > 0 ? max(0, pos - window + 1) : 0;
+    const int32_t n_pos = pos + 1 - first;
     const int32_t kv_head = h / (heads.n_heads / heads.n_kv_heads);
-    const float scale = rsqrtf(static_cast<float>(hd));
     const float* q_src = qkv + static_cast<size_t>(r) * qkv_ld + static_cast<size_t>(h) * hd;
     for (int32_t d = threadIdx.x; d < hd; d += blockDim.x) q[d] = q_src[d] * scale;
     __syncthreads();
@@ -222,7 +269,8 @@ __global__ void paged_attention_kernel(const float* __restrict__ qkv, int32_t qk
     // once (the step is latency-bound at decode sizes); 16-byte loads when
     // the head's rows are 16-byte aligned (head_dim and kv_dim multiples of 8).
     const bool vector_keys = hd % 8 == 0 && pool.kv_dim % 8 == 0;
-    for (int32_t p = threadIdx.x; p < n_pos; p += blockDim.x) {
+    for (int32_t j = threadIdx.x; j < n_pos; j += blockDim.x) {
+        const int32_t p = first + j;
         const int32_t block = block_of(rows, r, p, pool.block_size);
         const uint16_t* key = pool.k + pool_offset(block, layer, p % pool.block_size, pool) + static_cast<size_t>(kv_head) * hd;
         float dot = 0.0f;
@@ -242,7 +290,7 @@ __global__ void paged_attention_kernel(const float* __restrict__ qkv, int32_t qk
         } else {
             for (int32_t d = 0; d < hd; ++d) dot = fmaf(q[d], to_f32<kBf16>(key[d]), dot);
         }
-        scores[p] = dot;
+        scores[j] = dot;
     }
     __syncthreads();
 
@@ -262,22 +310,46 @@ __global__ void paged_attention_kernel(const float* __restrict__ qkv, int32_t qk
     for (int32_t d = threadIdx.x; d < hd; d += blockDim.x) {
         float acc = 0.0f;
 #pragma unroll 8
-        for (int32_t p = 0; p < n_pos; ++p) {
+        for (int32_t j = 0; j < n_pos; ++j) {
+            const int32_t p = first + j;
             const int32_t block = block_of(rows, r, p, pool.block_size);
             const uint16_t* value = pool.v + pool_offset(block, layer, p % pool.block_size, pool) + static_cast<size_t>(kv_head) * hd;
-            acc += scores[p] * to_f32<kBf16>(value[d]);
+            acc += scores[j] * to_f32<kBf16>(value[d]);
         }
         dst[d] = from_f32<kBf16>(acc * inv_sum);
     }
 }
 
-template <bool kBf16>
-__global__ void swiglu_kernel(const float* __restrict__ gate_up, int32_t n_rows, int32_t ffn, uint16_t* __restrict__ out) {
+// act(gate) for the gated FFN: SiLU, or GELU's tanh approximation in the
+// CPU engine's expression and order (engine/forward.cpp gelu_tanh_mul:
+// 0.5 g (1 + tanh((sqrt(2/pi) g) (1 + (0.044715 g) g)))). Rounded step by
+// step (no FMA contraction), so that the fused gate | up kernel and
+// gated_kernel give the same bits wherever the compiler inlines it.
+template <bool kGelu>
+__device__ __forceinline__ float gate_activation(float g) {
+    if constexpr (kGelu) {
+        constexpr float kSqrt2OverPi = 0.7978845608f;
+        const float cubic = __fadd_rn(1.0f, __fmul_rn(__fmul_rn(0.044715f, g), g));
+        const float inner = __fmul_rn(__fmul_rn(kSqrt2OverPi, g), cubic);
+        return __fmul_rn(__fmul_rn(0.5f, g), __fadd_rn(1.0f, tanhf(inner)));
+    } else {
+        return g / (1.0f + expf(-g));
+    }
+}
+
+template <bool kBf16, bool kGelu>
+__global__ void gated_kernel(const float* __restrict__ gate_up, int32_t n_rows, int32_t ffn, uint16_t* __restrict__ out) {
     const size_t n = static_cast<size_t>(n_rows) * ffn;
     for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n; i += static_cast<size_t>(gridDim.x) * blockDim.x) {
         const size_t r = i / ffn, j = i % ffn;
         const float g = gate_up[r * 2 * ffn + j], u = gate_up[r * 2 * ffn + ffn + j];
-        out[i] = from_f32<kBf16>(g / (1.0f + expf(-g)) * u);
+        out[i] = from_f32<kBf16>(gate_activation<kGelu>(g) * u);
+    }
+}
+
+__global__ void softcap_kernel(float* __restrict__ x, size_t n, float cap) {
+    for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n; i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+        x[i] = cap * tanhf(x[i] / cap);
     }
 }
 
@@ -381,6 +453,9 @@ constexpr int32_t kMmaLongK = 4096;  // rows longer than this get 16 warps per b
 constexpr int kStorePlain = 0;   // c (+)= the products
 constexpr int kStoreSwiglu = 1;  // gate | up pairs -> silu(gate) * up, 16-bit
 constexpr int kStoreRope = 2;    // q | k | v: RoPE on q and k, k and v into the paged pool (rope_store_kv_kernel's work)
+constexpr int kStoreGeglu = 3;   // kStoreSwiglu with GELU (tanh) for SiLU
+
+__host__ __device__ constexpr bool gated_store(int store) { return store == kStoreSwiglu || store == kStoreGeglu; }
 
 // What kStoreRope needs: the rows' positions and blocks, the heads, the
 // RoPE tables and the pool layer to store into.
@@ -412,9 +487,9 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4],
 
 // a (m_rows, k8) and w in 16-byte chunks; kTiles n8 tiles of tokens (m_rows <= 8 * kTiles).
 // Plain: c (m_rows, n_out) f32 (+)= the products, block b owns rows 16b..16b+15.
-// kStoreSwiglu: w is gate | up (2*n_out rows); block b owns features f =
-// 8b..8b+7 (tile rows 0-7 gate f.., rows 8-15 up f..) and writes half_out
-// (m_rows, n_out) 16-bit = silu(gate) * up.
+// kStoreSwiglu / kStoreGeglu: w is gate | up (2*n_out rows); block b owns
+// features f = 8b..8b+7 (tile rows 0-7 gate f.., rows 8-15 up f..) and
+// writes half_out (m_rows, n_out) 16-bit = act(gate) * up.
 // kStoreRope: w is wq | wk | wv (n_out = q_dim + 2*kv_dim rows), beta 0; c
 // gets q and k rotated (pairs 2i, 2i+1 of a head, i < rope_half, both in the
 // block) and v, and k and v go to the pool at each row's position, as
@@ -423,7 +498,7 @@ template <bool kBf16, int kTiles, int kStore, int kMmaWarps>
 __global__ void __launch_bounds__(kMmaWarps * kWarp)
     gemv_mma_kernel(const uint4* __restrict__ a, const uint4* __restrict__ w, float* __restrict__ c, uint16_t* __restrict__ half_out,
                     RopeStore rope, int32_t m_rows, int32_t n_out, int32_t k8, float beta) {
-    constexpr bool kSwiglu = kStore == kStoreSwiglu;
+    constexpr bool kSwiglu = gated_store(kStore);  // gate | up pairs, either activation
     constexpr int kTokens = 8 * kTiles;
     __shared__ float partial[kMmaWarps][kMmaRows][kTokens];
     const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
@@ -490,7 +565,8 @@ __global__ void __launch_bounds__(kMmaWarps * kWarp)
             const int r = e % 8, token = e / 8;
             if (first + r >= n_out) continue;
             const float gate = total(r, token), up = total(r + 8, token);
-            half_out[static_cast<size_t>(token) * n_out + first + r] = from_f32<kBf16>(gate / (1.0f + expf(-gate)) * up);
+            half_out[static_cast<size_t>(token) * n_out + first + r] =
+                from_f32<kBf16>(gate_activation<kStore == kStoreGeglu>(gate) * up);
         }
     } else if constexpr (kStore == kStoreRope) {
         const int32_t hd = rope.heads.head_dim, half = rope.heads.rope_half;
@@ -538,7 +614,7 @@ __global__ void __launch_bounds__(kMmaWarps * kWarp)
 template <bool kBf16, int kStore, int kWarps>
 void launch_gemv_mma_warps(const uint4* a8, const uint4* w8, float* c, uint16_t* half_out, const RopeStore& rope, int32_t m_rows,
                            int32_t n_out, int32_t k, float beta, cudaStream_t stream) {
-    const int32_t per_block = kStore == kStoreSwiglu ? kMmaRows / 2 : kMmaRows;
+    const int32_t per_block = gated_store(kStore) ? kMmaRows / 2 : kMmaRows;
     const unsigned blocks = static_cast<unsigned>((n_out + per_block - 1) / per_block);
     if (m_rows <= 8) {
         gemv_mma_kernel<kBf16, 1, kStore, kWarps><<<blocks, kWarps * kWarp, 0, stream>>>(a8, w8, c, half_out, rope, m_rows, n_out, k / 8, beta);
@@ -575,13 +651,25 @@ unsigned stride_blocks(size_t n) {
 }  // namespace
 
 void launch_embed_gather(const uint16_t* table, HalfType table_type, const int32_t* tokens, int32_t n_rows, int32_t dim,
-                         float* x, cudaStream_t stream) {
+                         float scale, float* x, cudaStream_t stream) {
     if (n_rows <= 0) return;
     if (table_type == HalfType::BF16) {
-        embed_gather_kernel<true><<<n_rows, kRowThreads, 0, stream>>>(table, tokens, dim, x);
+        embed_gather_kernel<true><<<n_rows, kRowThreads, 0, stream>>>(table, tokens, dim, scale, x);
     } else {
-        embed_gather_kernel<false><<<n_rows, kRowThreads, 0, stream>>>(table, tokens, dim, x);
+        embed_gather_kernel<false><<<n_rows, kRowThreads, 0, stream>>>(table, tokens, dim, scale, x);
     }
+    SPECD_CUDA_CHECK_LAUNCH();
+}
+
+void launch_embed_gather(const uint16_t* table, HalfType table_type, const int32_t* tokens, int32_t n_rows, int32_t dim,
+                         float* x, cudaStream_t stream) {
+    launch_embed_gather(table, table_type, tokens, n_rows, dim, 1.0f, x, stream);
+}
+
+void launch_add_rms_norm(const float* proj, const float* weight, int32_t n_rows, int32_t dim, float eps, float* x,
+                         cudaStream_t stream) {
+    if (n_rows <= 0) return;
+    add_rms_norm_kernel<<<n_rows, kRowThreads, 0, stream>>>(proj, weight, dim, eps, x);
     SPECD_CUDA_CHECK_LAUNCH();
 }
 
@@ -597,19 +685,29 @@ void launch_rms_norm_to_half(const float* x, const float* weight, const int32_t*
 }
 
 void launch_rope_store_kv(float* qkv, int32_t qkv_ld, const RowsView& rows, const HeadShape& heads, const float* rope_cos,
-                          const float* rope_sin, const KvPoolView& pool, int32_t layer, cudaStream_t stream) {
+                          const float* rope_sin, const KvPoolView& pool, int32_t layer, const QkvExtras& extras,
+                          cudaStream_t stream) {
     if (rows.n_rows <= 0) return;
+    if (2 * heads.rope_half > heads.head_dim || (extras.q_norm == nullptr) != (extras.k_norm == nullptr)) {
+        throw Error("rope_store_kv: " + std::to_string(2 * heads.rope_half) + " rotated of a head of " + std::to_string(heads.head_dim) +
+                    ", or a Q norm without a K norm");
+    }
     if (pool.type == HalfType::BF16) {
-        rope_store_kv_kernel<true><<<rows.n_rows, kRowThreads, 0, stream>>>(qkv, qkv_ld, rows, heads, rope_cos, rope_sin, pool, layer);
+        rope_store_kv_kernel<true><<<rows.n_rows, kRowThreads, 0, stream>>>(qkv, qkv_ld, rows, heads, rope_cos, rope_sin, pool, layer, extras);
     } else {
-        rope_store_kv_kernel<false><<<rows.n_rows, kRowThreads, 0, stream>>>(qkv, qkv_ld, rows, heads, rope_cos, rope_sin, pool, layer);
+        rope_store_kv_kernel<false><<<rows.n_rows, kRowThreads, 0, stream>>>(qkv, qkv_ld, rows, heads, rope_cos, rope_sin, pool, layer, extras);
     }
     SPECD_CUDA_CHECK_LAUNCH();
 }
 
+void launch_rope_store_kv(float* qkv, int32_t qkv_ld, const RowsView& rows, const HeadShape& heads, const float* rope_cos,
+                          const float* rope_sin, const KvPoolView& pool, int32_t layer, cudaStream_t stream) {
+    launch_rope_store_kv(qkv, qkv_ld, rows, heads, rope_cos, rope_sin, pool, layer, QkvExtras{}, stream);
+}
+
 void launch_paged_attention(const float* qkv, int32_t qkv_ld, const RowsView& rows, const HeadShape& heads,
-                            const KvPoolView& pool, int32_t layer, int32_t max_positions, HalfType out_type, uint16_t* out,
-                            cudaStream_t stream) {
+                            const KvPoolView& pool, int32_t layer, int32_t max_positions, float scale, int32_t window,
+                            HalfType out_type, uint16_t* out, cudaStream_t stream) {
     if (rows.n_rows <= 0) return;
     if (out_type != pool.type) throw Error("paged attention: the output type must be the KV pool's");
     if (heads.n_kv_heads <= 0 || heads.n_heads % heads.n_kv_heads != 0) {
@@ -625,26 +723,56 @@ void launch_paged_attention(const float* qkv, int32_t qkv_ld, const RowsView& ro
             SPECD_CUDA_CHECK(cudaFuncSetAttribute(paged_attention_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                   static_cast<int>(smem)));
         }
-        paged_attention_kernel<true><<<grid, kAttentionThreads, smem, stream>>>(qkv, qkv_ld, rows, heads, pool, layer, max_positions, out);
+        paged_attention_kernel<true>
+            <<<grid, kAttentionThreads, smem, stream>>>(qkv, qkv_ld, rows, heads, pool, layer, max_positions, scale, window, out);
     } else {
         if (smem > kDefaultSmem) {
             SPECD_CUDA_CHECK(cudaFuncSetAttribute(paged_attention_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                   static_cast<int>(smem)));
         }
-        paged_attention_kernel<false><<<grid, kAttentionThreads, smem, stream>>>(qkv, qkv_ld, rows, heads, pool, layer, max_positions, out);
+        paged_attention_kernel<false>
+            <<<grid, kAttentionThreads, smem, stream>>>(qkv, qkv_ld, rows, heads, pool, layer, max_positions, scale, window, out);
+    }
+    SPECD_CUDA_CHECK_LAUNCH();
+}
+
+void launch_paged_attention(const float* qkv, int32_t qkv_ld, const RowsView& rows, const HeadShape& heads,
+                            const KvPoolView& pool, int32_t layer, int32_t max_positions, HalfType out_type, uint16_t* out,
+                            cudaStream_t stream) {
+    launch_paged_attention(qkv, qkv_ld, rows, heads, pool, layer, max_positions, 1.0f / std::sqrt(static_cast<float>(heads.head_dim)),
+                           0, out_type, out, stream);
+}
+
+void launch_gated_to_half(const float* gate_up, int32_t n_rows, int32_t ffn, GateActivation act, HalfType out_type,
+                          uint16_t* out, cudaStream_t stream) {
+    const size_t n = static_cast<size_t>(n_rows) * static_cast<size_t>(ffn);
+    if (n == 0) return;
+    const bool gelu = act == GateActivation::GeluTanh;
+    if (out_type == HalfType::BF16) {
+        if (gelu) {
+            gated_kernel<true, true><<<stride_blocks(n), kRowThreads, 0, stream>>>(gate_up, n_rows, ffn, out);
+        } else {
+            gated_kernel<true, false><<<stride_blocks(n), kRowThreads, 0, stream>>>(gate_up, n_rows, ffn, out);
+        }
+    } else {
+        if (gelu) {
+            gated_kernel<false, true><<<stride_blocks(n), kRowThreads, 0, stream>>>(gate_up, n_rows, ffn, out);
+        } else {
+            gated_kernel<false, false><<<stride_blocks(n), kRowThreads, 0, stream>>>(gate_up, n_rows, ffn, out);
+        }
     }
     SPECD_CUDA_CHECK_LAUNCH();
 }
 
 void launch_swiglu_to_half(const float* gate_up, int32_t n_rows, int32_t ffn, HalfType out_type, uint16_t* out,
                            cudaStream_t stream) {
-    const size_t n = static_cast<size_t>(n_rows) * static_cast<size_t>(ffn);
+    launch_gated_to_half(gate_up, n_rows, ffn, GateActivation::Silu, out_type, out, stream);
+}
+
+void launch_softcap(float* x, size_t n, float cap, cudaStream_t stream) {
     if (n == 0) return;
-    if (out_type == HalfType::BF16) {
-        swiglu_kernel<true><<<stride_blocks(n), kRowThreads, 0, stream>>>(gate_up, n_rows, ffn, out);
-    } else {
-        swiglu_kernel<false><<<stride_blocks(n), kRowThreads, 0, stream>>>(gate_up, n_rows, ffn, out);
-    }
+    if (!(cap > 0.0f)) throw Error("softcap: the cap must be positive");
+    softcap_kernel<<<stride_blocks(n), kRowThreads, 0, stream>>>(x, n, cap);
     SPECD_CUDA_CHECK_LAUNCH();
 }
 
@@ -677,16 +805,30 @@ void launch_gemv(const uint16_t* a, const uint16_t* w, HalfType type, float* c, 
     SPECD_CUDA_CHECK_LAUNCH();
 }
 
-void launch_gemv_swiglu(const uint16_t* a, const uint16_t* w_gate_up, HalfType type, int32_t m_rows, int32_t ffn, int32_t k,
-                        uint16_t* out, cudaStream_t stream) {
+void launch_gemv_gated(const uint16_t* a, const uint16_t* w_gate_up, HalfType type, GateActivation act, int32_t m_rows,
+                       int32_t ffn, int32_t k, uint16_t* out, cudaStream_t stream) {
     if (ffn <= 0) return;
-    require_gemv_fits("gemv_swiglu", a, w_gate_up, m_rows, k);
+    require_gemv_fits("gemv_gated", a, w_gate_up, m_rows, k);
+    const bool gelu = act == GateActivation::GeluTanh;
     if (type == HalfType::BF16) {
-        launch_gemv_mma<true, kStoreSwiglu>(a, w_gate_up, nullptr, out, RopeStore{}, m_rows, ffn, k, 0.0f, stream);
+        if (gelu) {
+            launch_gemv_mma<true, kStoreGeglu>(a, w_gate_up, nullptr, out, RopeStore{}, m_rows, ffn, k, 0.0f, stream);
+        } else {
+            launch_gemv_mma<true, kStoreSwiglu>(a, w_gate_up, nullptr, out, RopeStore{}, m_rows, ffn, k, 0.0f, stream);
+        }
     } else {
-        launch_gemv_mma<false, kStoreSwiglu>(a, w_gate_up, nullptr, out, RopeStore{}, m_rows, ffn, k, 0.0f, stream);
+        if (gelu) {
+            launch_gemv_mma<false, kStoreGeglu>(a, w_gate_up, nullptr, out, RopeStore{}, m_rows, ffn, k, 0.0f, stream);
+        } else {
+            launch_gemv_mma<false, kStoreSwiglu>(a, w_gate_up, nullptr, out, RopeStore{}, m_rows, ffn, k, 0.0f, stream);
+        }
     }
     SPECD_CUDA_CHECK_LAUNCH();
+}
+
+void launch_gemv_swiglu(const uint16_t* a, const uint16_t* w_gate_up, HalfType type, int32_t m_rows, int32_t ffn, int32_t k,
+                        uint16_t* out, cudaStream_t stream) {
+    launch_gemv_gated(a, w_gate_up, type, GateActivation::Silu, m_rows, ffn, k, out, stream);
 }
 
 void launch_gemv_qkv_rope(const uint16_t* a, const uint16_t* wqkv, float* qkv, int32_t qkv_ld, int32_t k, const RowsView& rows,
@@ -694,6 +836,7 @@ void launch_gemv_qkv_rope(const uint16_t* a, const uint16_t* wqkv, float* qkv, i
                           int32_t layer, cudaStream_t stream) {
     if (rows.n_rows <= 0) return;
     require_gemv_fits("gemv_qkv_rope", a, wqkv, rows.n_rows, k);
+    if (heads.neox) throw Error("gemv_qkv_rope: NEOX pairs span blocks; use gemv then rope_store_kv");
     if (heads.head_dim % 2 != 0 || qkv_ld != (heads.n_heads + 2 * heads.n_kv_heads) * heads.head_dim ||
         pool.kv_dim != heads.n_kv_heads * heads.head_dim) {
         throw Error("gemv_qkv_rope: qkv rows of " + std::to_string(qkv_ld) + " do not match " + std::to_string(heads.n_heads) +

@@ -36,7 +36,7 @@ std::vector<uint16_t> convert_to_half(const WeightMatrix& w, HalfType type) {
     return out;
 }
 
-void rope_tables(const LlamaHparams& hp, int32_t n_ctx, std::vector<float>& cos_out, std::vector<float>& sin_out) {
+void rope_tables(const LlamaHparams& hp, int32_t n_ctx, std::vector<float>& cos_out, std::vector<float>& sin_out, bool windowed) {
     // The same expression as ForwardPass's constructor, so both backends
     // rotate by bit-identical angles.
     const int32_t half = hp.rope_dim / 2;
@@ -44,7 +44,7 @@ void rope_tables(const LlamaHparams& hp, int32_t n_ctx, std::vector<float>& cos_
     sin_out.assign(static_cast<size_t>(n_ctx) * half, 0.0f);
     for (int32_t p = 0; p < n_ctx; ++p) {
         for (int32_t i = 0; i < half; ++i) {
-            const double theta = p * hp.rope_frequency(i);
+            const double theta = p * hp.rope_frequency(i, windowed);
             cos_out[static_cast<size_t>(p) * half + i] = static_cast<float>(std::cos(theta) * hp.rope_attn_factor);
             sin_out[static_cast<size_t>(p) * half + i] = static_cast<float>(std::sin(theta) * hp.rope_attn_factor);
         }

@@ -26,10 +26,11 @@ std::vector<uint16_t> convert_to_half(const WeightMatrix& w, HalfType type);
 // n floats into 16-bit values.
 void floats_to_half(const float* src, int64_t n, HalfType type, uint16_t* dst);
 
-// The RoPE tables the CPU engine uses: cos/sin of pos * hparams.rope_frequency(i)
-// (base^(-2i/rope_dim), linear scaling and llama3 factors) computed in double,
-// times hparams.rope_attn_factor,
-// (n_ctx, rope_dim/2) each.
-void rope_tables(const LlamaHparams& hparams, int32_t n_ctx, std::vector<float>& cos_out, std::vector<float>& sin_out);
+// The RoPE tables the CPU engine uses: cos/sin of pos * hparams.rope_frequency(i, windowed)
+// (base^(-2i/rope_dim), linear scaling and llama3 / LongRoPE factors; for
+// `windowed`, a sliding-window layer's: base rope_freq_base_swa, unscaled)
+// computed in double, times hparams.rope_attn_factor, (n_ctx, rope_dim/2) each.
+void rope_tables(const LlamaHparams& hparams, int32_t n_ctx, std::vector<float>& cos_out, std::vector<float>& sin_out,
+                 bool windowed = false);
 
 }  // namespace specd::gpu

@@ -8,7 +8,10 @@
 #   2. runs gpu_check (every kernel against the CPU reference, the forward
 #      pass against the CPU logits on stories15M, greedy speculation == plain
 #      on the GPU, stream overlap by event timestamps, CUDA-graph replay ==
-#      eager launches) → OUTDIR/gpu_check.log, then the whole-model checks
+#      eager launches, and family_forward: a small model of each family
+#      (Llama 3, Qwen2, Qwen3, Gemma 3, Phi-3, written with stories15M's
+#      vocabulary) against the CPU forward, logits and greedy tokens)
+#      → OUTDIR/gpu_check.log, then the whole-model checks
 #      again with SPECD_CUDA_GRAPHS=0 → OUTDIR/gpu_check_no_graphs.log and
 #      with SPECD_CUDA_GEMV=0 (cuBLAS for every product) → OUTDIR/gpu_check_cublas.log,
 #   3. runs gpu_bench (stories15M decode tokens/s with graphs off and on, verify(9)/decode(1) cost,
@@ -80,10 +83,10 @@ rerun_checks() {  # rerun_checks VAR=VALUE LOG WHAT CHECK...
   [ $check_rc -eq 0 ] && check_rc=$rc
 }
 # CUDA graphs off: the eager path.
-rerun_checks SPECD_CUDA_GRAPHS=0 gpu_check_no_graphs.log "CUDA graphs off" forward_logits greedy_speculative verifier_greedy
+rerun_checks SPECD_CUDA_GRAPHS=0 gpu_check_no_graphs.log "CUDA graphs off" forward_logits greedy_speculative verifier_greedy family_forward
 # Every matrix product through cuBLAS: the path of batches over kGemvMaxRows
 # rows, checked here at decode sizes too.
-rerun_checks SPECD_CUDA_GEMV=0 gpu_check_cublas.log "every product through cuBLAS" forward_logits greedy_speculative cuda_graphs
+rerun_checks SPECD_CUDA_GEMV=0 gpu_check_cublas.log "every product through cuBLAS" forward_logits greedy_speculative cuda_graphs family_forward
 
 timeout 240 "$build/bin/gpu_bench" --models "$models" >"$out/gpu_bench.md" 2>&1
 bench_rc=$?

@@ -5,11 +5,15 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <functional>
 #include <numeric>
 #include <random>
+#include <sstream>
 #include <thread>
 #include <tuple>
+
+#include <unistd.h>
 
 #include "engine/batch_verifier.h"
 #include "engine/forward.h"
@@ -21,8 +25,9 @@
 #include "gpu/cuda_handles.h"
 #include "gpu/device_model.h"
 #include "gpu/kernels.h"
-#include "tests/support/full_logits_only.h"
 #include "gpu/weight_convert.h"
+#include "tests/support/family_models.h"
+#include "tests/support/full_logits_only.h"
 
 namespace specd::gpu::checks {
 
@@ -104,13 +109,21 @@ void check_embed_gather(const Context&, std::ostream& log) {
         const std::vector<int32_t> tokens = {3, 0, 49, 3};
         DeviceBuffer d_table = to_device(table), d_tokens = to_device(tokens);
         DeviceBuffer d_x(tokens.size() * dim * sizeof(float));
-        launch_embed_gather(d_table.as<uint16_t>(), t, d_tokens.as<int32_t>(), 4, dim, d_x.as<float>(), nullptr);
-        SPECD_CUDA_CHECK(cudaDeviceSynchronize());
-        std::vector<float> want;
-        for (int32_t tok : tokens) {
-            for (int32_t i = 0; i < dim; ++i) want.push_back(half_to_float(table[static_cast<size_t>(tok * dim + i)], t));
+        // Scale 1 (the overload without one) and Gemma's sqrt(dim) scaling.
+        for (const float scale : {1.0f, std::sqrt(static_cast<float>(dim))}) {
+            if (scale == 1.0f) {
+                launch_embed_gather(d_table.as<uint16_t>(), t, d_tokens.as<int32_t>(), 4, dim, d_x.as<float>(), nullptr);
+            } else {
+                launch_embed_gather(d_table.as<uint16_t>(), t, d_tokens.as<int32_t>(), 4, dim, scale, d_x.as<float>(), nullptr);
+            }
+            SPECD_CUDA_CHECK(cudaDeviceSynchronize());
+            std::vector<float> want;
+            for (int32_t tok : tokens) {
+                for (int32_t i = 0; i < dim; ++i) want.push_back(half_to_float(table[static_cast<size_t>(tok * dim + i)], t) * scale);
+            }
+            expect_close(from_device<float>(d_x, want.size()), want, 0.0f, 0.0f,
+                         std::string("embed_gather ") + half_type_name(t) + ", scale " + std::to_string(scale), log);
         }
-        expect_close(from_device<float>(d_x, want.size()), want, 0.0f, 0.0f, std::string("embed_gather ") + half_type_name(t), log);
     });
 }
 
@@ -139,6 +152,24 @@ void check_rms_norm(const Context&, std::ostream& log) {
                          std::string("rms_norm ") + half_type_name(t) + (picked ? " (row list)" : ""), log);
         }
     });
+    // A post-norm and the residual add (Gemma): x += rmsnorm(proj) * w, all f32.
+    const int32_t rows = 5, dim = 300;
+    const float eps = 1e-6f;
+    const std::vector<float> x = random_floats(static_cast<size_t>(rows * dim), 31, -3.0f, 3.0f);
+    const std::vector<float> proj = random_floats(static_cast<size_t>(rows * dim), 32, -20.0f, 20.0f);
+    const std::vector<float> w = random_floats(static_cast<size_t>(dim), 33, 0.5f, 1.5f);
+    DeviceBuffer d_x = to_device(x), d_proj = to_device(proj), d_w = to_device(w);
+    launch_add_rms_norm(d_proj.as<float>(), d_w.as<float>(), rows, dim, eps, d_x.as<float>(), nullptr);
+    SPECD_CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<float> want = x;
+    for (int32_t r = 0; r < rows; ++r) {  // engine/forward.cpp add_normed_rows
+        const float* p = &proj[static_cast<size_t>(r * dim)];
+        float ss = 0.0f;
+        for (int32_t i = 0; i < dim; ++i) ss += p[i] * p[i];
+        const float scale = 1.0f / std::sqrt(ss / static_cast<float>(dim) + eps);
+        for (int32_t i = 0; i < dim; ++i) want[static_cast<size_t>(r * dim + i)] += p[i] * scale * w[static_cast<size_t>(i)];
+    }
+    expect_close(from_device<float>(d_x, want.size()), want, 1e-5f, 1e-5f, "add_rms_norm (post-norm + residual, f32)", log);
 }
 
 // A small attention geometry shared by the RoPE and attention checks:
@@ -170,11 +201,13 @@ struct Geometry {
 struct PagedSetup {
     Geometry g;
     PagedKvCache kv{g.shape(260), KvStorage::None};
+    explicit PagedSetup(const Geometry& geometry) : g(geometry), kv(g.shape(260), KvStorage::None) { init(); }
+    PagedSetup() { init(); }
     BatchLayout layout;
     std::vector<std::vector<int32_t>> tokens;
     std::vector<BatchItem> items;
     int32_t a = -1, b = -1, c = -1;
-    PagedSetup() {
+    void init() {
         a = kv.create_sequence();
         b = kv.create_sequence();
         c = kv.create_sequence();
@@ -198,111 +231,184 @@ struct PagedSetup {
     }
 };
 
-void check_rope_store_kv(const Context&, std::ostream& log) {
-    for_each_half_type([&](HalfType t) {
-        PagedSetup ps;
-        const Geometry& g = ps.g;
-        LlamaHparams hp;
-        hp.head_dim = g.heads.head_dim;
-        hp.rope_dim = 2 * g.heads.rope_half;
-        hp.rope_freq_base = 10000.0f;
-        std::vector<float> cos_t, sin_t;
-        rope_tables(hp, g.n_ctx, cos_t, sin_t);
-        const int32_t m = ps.layout.n_rows;
-        const std::vector<float> qkv = random_floats(static_cast<size_t>(m * g.qkv_ld()), 4);
-        const size_t pool_elems = static_cast<size_t>(ps.kv.shape().n_blocks) * g.n_layers * g.block_size * g.kv_dim();
-        DeviceBuffer d_qkv = to_device(qkv), d_cos = to_device(cos_t), d_sin = to_device(sin_t), d_packed = to_device(ps.layout.packed);
-        DeviceBuffer d_k = to_device(std::vector<uint16_t>(pool_elems, 0)), d_v = to_device(std::vector<uint16_t>(pool_elems, 0));
-        const KvPoolView pool{d_k.as<uint16_t>(), d_v.as<uint16_t>(), t, g.n_layers, g.block_size, g.kv_dim()};
-        launch_rope_store_kv(d_qkv.as<float>(), g.qkv_ld(), ps.rows(d_packed), g.heads, d_cos.as<float>(), d_sin.as<float>(), pool,
-                             g.layer, nullptr);
-        SPECD_CUDA_CHECK(cudaDeviceSynchronize());
+// What rope_store_kv does in one variant: the pairing, the rotated part
+// and the extras of a family.
+struct RopeVariant {
+    const char* name;
+    bool neox = false;
+    int32_t rope_half = 8;  // of Geometry's 8 pairs
+    bool bias = false;
+    bool qk_norm = false;
+};
 
-        // The CPU engine's rotation of adjacent pairs, head by head.
-        std::vector<float> want_qkv = qkv;
-        for (int32_t r = 0; r < m; ++r) {
-            const int32_t pos = ps.layout.row_pos()[static_cast<size_t>(r)];
-            float* row = &want_qkv[static_cast<size_t>(r * g.qkv_ld())];
-            for (int32_t part = 0; part < 2; ++part) {
-                float* base = part == 0 ? row : row + g.q_dim();
-                const int32_t n_heads = part == 0 ? g.heads.n_heads : g.heads.n_kv_heads;
-                for (int32_t h = 0; h < n_heads; ++h) {
-                    float* v = base + h * g.heads.head_dim;
-                    for (int32_t i = 0; i < g.heads.rope_half; ++i) {
-                        const float c = cos_t[static_cast<size_t>(pos * g.heads.rope_half + i)];
-                        const float s = sin_t[static_cast<size_t>(pos * g.heads.rope_half + i)];
-                        const float x0 = v[2 * i], x1 = v[2 * i + 1];
-                        v[2 * i] = x0 * c - x1 * s;
-                        v[2 * i + 1] = x0 * s + x1 * c;
+void check_rope_store_kv(const Context&, std::ostream& log) {
+    const RopeVariant variants[] = {
+        {"adjacent (Llama)"},
+        {"NEOX + Q/K/V biases (Qwen2)", true, 8, true, false},
+        {"NEOX + Q/K norms (Qwen3, Gemma 3)", true, 8, false, true},
+        {"NEOX, 12 of 16 rotated (Phi-3)", true, 6, false, false},
+        {"adjacent, 12 of 16 rotated, biases and Q/K norms", false, 6, true, true},
+    };
+    for_each_half_type([&](HalfType t) {
+        for (const RopeVariant& var : variants) {
+            Geometry geo;
+            geo.heads.rope_half = var.rope_half;
+            geo.heads.neox = var.neox;
+            PagedSetup ps(geo);
+            const Geometry& g = ps.g;
+            const int32_t hd = g.heads.head_dim, half = g.heads.rope_half;
+            LlamaHparams hp;
+            hp.head_dim = hd;
+            hp.rope_dim = 2 * half;
+            hp.rope_freq_base = 10000.0f;
+            std::vector<float> cos_t, sin_t;
+            rope_tables(hp, g.n_ctx, cos_t, sin_t);
+            const int32_t m = ps.layout.n_rows;
+            const float eps = 1e-6f;
+            const std::vector<float> qkv = random_floats(static_cast<size_t>(m * g.qkv_ld()), 4);
+            const std::vector<float> bias = random_floats(static_cast<size_t>(g.qkv_ld()), 41, -0.5f, 0.5f);
+            const std::vector<float> q_norm = random_floats(static_cast<size_t>(hd), 42, 0.5f, 1.5f);
+            const std::vector<float> k_norm = random_floats(static_cast<size_t>(hd), 43, 0.5f, 1.5f);
+            const size_t pool_elems = static_cast<size_t>(ps.kv.shape().n_blocks) * g.n_layers * g.block_size * g.kv_dim();
+            DeviceBuffer d_qkv = to_device(qkv), d_cos = to_device(cos_t), d_sin = to_device(sin_t), d_packed = to_device(ps.layout.packed);
+            DeviceBuffer d_bias = to_device(bias), d_qn = to_device(q_norm), d_kn = to_device(k_norm);
+            DeviceBuffer d_k = to_device(std::vector<uint16_t>(pool_elems, 0)), d_v = to_device(std::vector<uint16_t>(pool_elems, 0));
+            const KvPoolView pool{d_k.as<uint16_t>(), d_v.as<uint16_t>(), t, g.n_layers, g.block_size, g.kv_dim()};
+            QkvExtras extras;
+            extras.bias = var.bias ? d_bias.as<float>() : nullptr;
+            extras.q_norm = var.qk_norm ? d_qn.as<float>() : nullptr;
+            extras.k_norm = var.qk_norm ? d_kn.as<float>() : nullptr;
+            extras.eps = eps;
+            launch_rope_store_kv(d_qkv.as<float>(), g.qkv_ld(), ps.rows(d_packed), g.heads, d_cos.as<float>(), d_sin.as<float>(), pool,
+                                 g.layer, extras, nullptr);
+            SPECD_CUDA_CHECK(cudaDeviceSynchronize());
+
+            // engine/forward.cpp's order: biases, head norms, then RoPE of each head.
+            std::vector<float> want_qkv = qkv;
+            for (int32_t r = 0; r < m; ++r) {
+                const int32_t pos = ps.layout.row_pos()[static_cast<size_t>(r)];
+                float* row = &want_qkv[static_cast<size_t>(r * g.qkv_ld())];
+                if (var.bias) {
+                    for (int32_t j = 0; j < g.qkv_ld(); ++j) row[j] += bias[static_cast<size_t>(j)];
+                }
+                for (int32_t part = 0; part < 2; ++part) {
+                    float* base = part == 0 ? row : row + g.q_dim();
+                    const int32_t n_heads = part == 0 ? g.heads.n_heads : g.heads.n_kv_heads;
+                    const std::vector<float>& nw = part == 0 ? q_norm : k_norm;
+                    for (int32_t h = 0; h < n_heads; ++h) {
+                        float* v = base + h * hd;
+                        if (var.qk_norm) {
+                            float ss = 0.0f;
+                            for (int32_t i = 0; i < hd; ++i) ss += v[i] * v[i];
+                            const float scale = 1.0f / std::sqrt(ss / static_cast<float>(hd) + eps);
+                            for (int32_t i = 0; i < hd; ++i) v[i] = v[i] * scale * nw[static_cast<size_t>(i)];
+                        }
+                        for (int32_t i = 0; i < half; ++i) {
+                            const float c = cos_t[static_cast<size_t>(pos * half + i)];
+                            const float s = sin_t[static_cast<size_t>(pos * half + i)];
+                            float* x0 = var.neox ? v + i : v + 2 * i;
+                            float* x1 = var.neox ? v + i + half : v + 2 * i + 1;
+                            const float a0 = *x0, a1 = *x1;
+                            *x0 = a0 * c - a1 * s;
+                            *x1 = a0 * s + a1 * c;
+                        }
                     }
                 }
             }
+            const std::string what = std::string(var.name) + " " + half_type_name(t);
+            expect_close(from_device<float>(d_qkv, want_qkv.size()), want_qkv, 1e-5f, 1e-5f, "rope q|k|v (f32) " + what, log);
+            const std::vector<float> k_pool = from_half(from_device<uint16_t>(d_k, pool_elems), t);
+            const std::vector<float> v_pool = from_half(from_device<uint16_t>(d_v, pool_elems), t);
+            std::vector<float> got, want;
+            for (int32_t r = 0; r < m; ++r) {
+                const int32_t pos = ps.layout.row_pos()[static_cast<size_t>(r)];
+                const size_t at = g.pool_index(ps.block_of(r, pos), pos);
+                const float* row = &want_qkv[static_cast<size_t>(r * g.qkv_ld())];
+                for (int32_t j = 0; j < g.kv_dim(); ++j) {
+                    got.push_back(k_pool[at + static_cast<size_t>(j)]);
+                    want.push_back(row[g.q_dim() + j]);
+                    got.push_back(v_pool[at + static_cast<size_t>(j)]);
+                    want.push_back(row[g.q_dim() + g.kv_dim() + j]);
+                }
+            }
+            expect_close(got, want, half_tolerance(t), 1e-5f, "rope k, v into the paged pool " + what, log);
         }
-        expect_close(from_device<float>(d_qkv, want_qkv.size()), want_qkv, 1e-5f, 1e-6f,
-                     std::string("rope q|k (f32) ") + half_type_name(t), log);
-        const std::vector<float> k_pool = from_half(from_device<uint16_t>(d_k, pool_elems), t);
-        const std::vector<float> v_pool = from_half(from_device<uint16_t>(d_v, pool_elems), t);
-        std::vector<float> got, want;
-        for (int32_t r = 0; r < m; ++r) {
-            const int32_t pos = ps.layout.row_pos()[static_cast<size_t>(r)];
-            const size_t at = g.pool_index(ps.block_of(r, pos), pos);
-            const float* row = &want_qkv[static_cast<size_t>(r * g.qkv_ld())];
-            for (int32_t j = 0; j < g.kv_dim(); ++j) {
-                got.push_back(k_pool[at + static_cast<size_t>(j)]);
-                want.push_back(row[g.q_dim() + j]);
-                got.push_back(v_pool[at + static_cast<size_t>(j)]);
-                want.push_back(row[g.q_dim() + g.kv_dim() + j]);
+    });
+}
+
+// One attention launch on PagedSetup's rows against a double-precision
+// reference: scores q.k * scale over [max(0, pos - window + 1), pos]
+// (window 0: [0, pos]). scale 0: the overload without scale and window.
+void paged_attention_case(HalfType t, const Geometry& geo, float scale, int32_t window, int32_t max_positions_extra,
+                          const std::string& what, std::ostream& log) {
+    PagedSetup ps(geo);
+    const Geometry& g = ps.g;
+    const int32_t m = ps.layout.n_rows, hd = g.heads.head_dim;
+    const size_t pool_elems = static_cast<size_t>(ps.kv.shape().n_blocks) * g.n_layers * g.block_size * g.kv_dim();
+    const std::vector<uint16_t> k_half = to_half(random_floats(pool_elems, 5), t);
+    const std::vector<uint16_t> v_half = to_half(random_floats(pool_elems, 6), t);
+    const std::vector<float> k_pool = from_half(k_half, t), v_pool = from_half(v_half, t);
+    const std::vector<float> qkv = random_floats(static_cast<size_t>(m * g.qkv_ld()), 7, -2.0f, 2.0f);
+    DeviceBuffer d_qkv = to_device(qkv), d_packed = to_device(ps.layout.packed), d_k = to_device(k_half), d_v = to_device(v_half);
+    DeviceBuffer d_out(static_cast<size_t>(m * g.q_dim()) * sizeof(uint16_t));
+    const KvPoolView pool{d_k.as<uint16_t>(), d_v.as<uint16_t>(), t, g.n_layers, g.block_size, g.kv_dim()};
+    const int32_t max_positions = ps.layout.max_positions + max_positions_extra;
+    if (scale == 0.0f) {
+        launch_paged_attention(d_qkv.as<float>(), g.qkv_ld(), ps.rows(d_packed), g.heads, pool, g.layer, max_positions, t,
+                               d_out.as<uint16_t>(), nullptr);
+    } else {
+        launch_paged_attention(d_qkv.as<float>(), g.qkv_ld(), ps.rows(d_packed), g.heads, pool, g.layer, max_positions, scale, window,
+                               t, d_out.as<uint16_t>(), nullptr);
+    }
+    SPECD_CUDA_CHECK(cudaDeviceSynchronize());
+    const double ref_scale = scale == 0.0f ? 1.0 / std::sqrt(static_cast<double>(hd)) : scale;
+
+    std::vector<float> want;
+    const int32_t group = g.heads.n_heads / g.heads.n_kv_heads;
+    for (int32_t r = 0; r < m; ++r) {
+        const int32_t pos = ps.layout.row_pos()[static_cast<size_t>(r)];
+        const int32_t first = window > 0 ? std::max(0, pos - window + 1) : 0;  // causal, and within the window
+        for (int32_t h = 0; h < g.heads.n_heads; ++h) {
+            const float* q = &qkv[static_cast<size_t>(r * g.qkv_ld() + h * hd)];
+            const size_t kv_off = static_cast<size_t>((h / group) * hd);
+            std::vector<double> scores;
+            double max_s = -1e300, sum = 0.0;
+            for (int32_t p = first; p <= pos; ++p) {
+                const size_t at = g.pool_index(ps.block_of(r, p), p) + kv_off;
+                double dot = 0.0;
+                for (int32_t d = 0; d < hd; ++d) dot += static_cast<double>(q[d]) * k_pool[at + static_cast<size_t>(d)];
+                scores.push_back(dot * ref_scale);
+                max_s = std::max(max_s, scores.back());
+            }
+            for (double& sc : scores) sum += (sc = std::exp(sc - max_s));
+            for (int32_t d = 0; d < hd; ++d) {
+                double acc = 0.0;
+                for (int32_t p = first; p <= pos; ++p) {
+                    acc += scores[static_cast<size_t>(p - first)] *
+                           v_pool[g.pool_index(ps.block_of(r, p), p) + kv_off + static_cast<size_t>(d)];
+                }
+                want.push_back(static_cast<float>(acc / sum));
             }
         }
-        expect_close(got, want, half_tolerance(t), 1e-6f, std::string("rope k, v into the paged pool ") + half_type_name(t), log);
-    });
+    }
+    expect_close(from_half(from_device<uint16_t>(d_out, want.size()), t), want, half_tolerance(t), 2e-3f,
+                 "paged attention (verify T=5, decode, 701 positions) " + what + " " + half_type_name(t), log);
 }
 
 void check_paged_attention(const Context&, std::ostream& log) {
     for_each_half_type([&](HalfType t) {
-        PagedSetup ps;
-        const Geometry& g = ps.g;
-        const int32_t m = ps.layout.n_rows, hd = g.heads.head_dim;
-        const size_t pool_elems = static_cast<size_t>(ps.kv.shape().n_blocks) * g.n_layers * g.block_size * g.kv_dim();
-        const std::vector<uint16_t> k_half = to_half(random_floats(pool_elems, 5), t);
-        const std::vector<uint16_t> v_half = to_half(random_floats(pool_elems, 6), t);
-        const std::vector<float> k_pool = from_half(k_half, t), v_pool = from_half(v_half, t);
-        const std::vector<float> qkv = random_floats(static_cast<size_t>(m * g.qkv_ld()), 7, -2.0f, 2.0f);
-        DeviceBuffer d_qkv = to_device(qkv), d_packed = to_device(ps.layout.packed), d_k = to_device(k_half), d_v = to_device(v_half);
-        DeviceBuffer d_out(static_cast<size_t>(m * g.q_dim()) * sizeof(uint16_t));
-        const KvPoolView pool{d_k.as<uint16_t>(), d_v.as<uint16_t>(), t, g.n_layers, g.block_size, g.kv_dim()};
-        launch_paged_attention(d_qkv.as<float>(), g.qkv_ld(), ps.rows(d_packed), g.heads, pool, g.layer, ps.layout.max_positions, t,
-                               d_out.as<uint16_t>(), nullptr);
-        SPECD_CUDA_CHECK(cudaDeviceSynchronize());
-
-        std::vector<float> want;
-        const int32_t group = g.heads.n_heads / g.heads.n_kv_heads;
-        for (int32_t r = 0; r < m; ++r) {
-            const int32_t n_pos = ps.layout.row_pos()[static_cast<size_t>(r)] + 1;  // causal: up to and including its own position
-            for (int32_t h = 0; h < g.heads.n_heads; ++h) {
-                const float* q = &qkv[static_cast<size_t>(r * g.qkv_ld() + h * hd)];
-                const size_t kv_off = static_cast<size_t>((h / group) * hd);
-                std::vector<double> scores(static_cast<size_t>(n_pos));
-                double max_s = -1e300, sum = 0.0;
-                for (int32_t p = 0; p < n_pos; ++p) {
-                    const size_t at = g.pool_index(ps.block_of(r, p), p) + kv_off;
-                    double dot = 0.0;
-                    for (int32_t d = 0; d < hd; ++d) dot += static_cast<double>(q[d]) * k_pool[at + static_cast<size_t>(d)];
-                    scores[static_cast<size_t>(p)] = dot / std::sqrt(static_cast<double>(hd));
-                    max_s = std::max(max_s, scores[static_cast<size_t>(p)]);
-                }
-                for (double& s : scores) sum += (s = std::exp(s - max_s));
-                for (int32_t d = 0; d < hd; ++d) {
-                    double acc = 0.0;
-                    for (int32_t p = 0; p < n_pos; ++p) {
-                        acc += scores[static_cast<size_t>(p)] * v_pool[g.pool_index(ps.block_of(r, p), p) + kv_off + static_cast<size_t>(d)];
-                    }
-                    want.push_back(static_cast<float>(acc / sum));
-                }
-            }
-        }
-        expect_close(from_half(from_device<uint16_t>(d_out, want.size()), t), want, half_tolerance(t), 2e-3f,
-                     std::string("paged attention (verify T=5, decode, 701 positions) ") + half_type_name(t), log);
+        paged_attention_case(t, Geometry{}, 0.0f, 0, 0, "head size 16", log);
+        // Gemma's windowed layers: a window shorter than a block, one that
+        // spans blocks, and a query scale of its own.
+        paged_attention_case(t, Geometry{}, 0.3f, 3, 0, "window 3, scale 0.3", log);
+        paged_attention_case(t, Geometry{}, 0.25f, 37, 0, "window 37", log);
+        // Gemma 3's head size 256 (2 heads over 1 kv head), windowed and
+        // not; shared memory beyond the default 48 KiB (13000 positions' room).
+        Geometry wide;
+        wide.heads = HeadShape{2, 1, 256, 128, true};
+        paged_attention_case(t, wide, 0.0625f, 0, 0, "head size 256", log);
+        paged_attention_case(t, wide, 0.0625f, 512, 0, "head size 256, window 512", log);
+        paged_attention_case(t, wide, 0.0625f, 4, 13000 - 701, "head size 256, window 4, 13000 positions of shared memory", log);
     });
 }
 
@@ -311,17 +417,26 @@ void check_swiglu(const Context&, std::ostream& log) {
         const int32_t rows = 3, ffn = 50;
         const std::vector<float> gu = random_floats(static_cast<size_t>(rows * 2 * ffn), 8, -4.0f, 4.0f);
         DeviceBuffer d_gu = to_device(gu), d_out(static_cast<size_t>(rows * ffn) * sizeof(uint16_t));
-        launch_swiglu_to_half(d_gu.as<float>(), rows, ffn, t, d_out.as<uint16_t>(), nullptr);
-        SPECD_CUDA_CHECK(cudaDeviceSynchronize());
-        std::vector<float> want;
-        for (int32_t r = 0; r < rows; ++r) {
-            for (int32_t j = 0; j < ffn; ++j) {
-                const float g = gu[static_cast<size_t>(r * 2 * ffn + j)], u = gu[static_cast<size_t>(r * 2 * ffn + ffn + j)];
-                want.push_back(g / (1.0f + std::exp(-g)) * u);
+        for (const bool gelu : {false, true}) {
+            if (gelu) {
+                launch_gated_to_half(d_gu.as<float>(), rows, ffn, GateActivation::GeluTanh, t, d_out.as<uint16_t>(), nullptr);
+            } else {
+                launch_swiglu_to_half(d_gu.as<float>(), rows, ffn, t, d_out.as<uint16_t>(), nullptr);
             }
+            SPECD_CUDA_CHECK(cudaDeviceSynchronize());
+            std::vector<float> want;
+            for (int32_t r = 0; r < rows; ++r) {
+                for (int32_t j = 0; j < ffn; ++j) {
+                    const double g = gu[static_cast<size_t>(r * 2 * ffn + j)], u = gu[static_cast<size_t>(r * 2 * ffn + ffn + j)];
+                    // reference_forward.cpp's expressions, in double
+                    const double act = gelu ? 0.5 * g * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (g + 0.044715 * g * g * g)))
+                                            : g / (1.0 + std::exp(-g));
+                    want.push_back(static_cast<float>(act * u));
+                }
+            }
+            expect_close(from_half(from_device<uint16_t>(d_out, want.size()), t), want, half_tolerance(t), 1e-5f,
+                         std::string(gelu ? "geglu (GELU tanh) " : "swiglu ") + half_type_name(t), log);
         }
-        expect_close(from_half(from_device<uint16_t>(d_out, want.size()), t), want, half_tolerance(t), 1e-5f,
-                     std::string("swiglu ") + half_type_name(t), log);
     });
 }
 
@@ -393,7 +508,9 @@ void check_gemv(const Context&, std::ostream& log) {
             log << "  gemv " << half_type_name(t) << " (" << sh.n_out << " x " << sh.k << "): rows 1, 2, 5, 9, 16, beta 0 and 1, "
                 << "each row bit-equal to it alone; max error against f64 " << worst << "\n";
         }
-        // The fused gate | up product and SwiGLU: the bits of launch_gemv then launch_swiglu_to_half.
+        // The fused gate | up product and its activation: the bits of launch_gemv then launch_gated_to_half.
+        for (const GateActivation act : {GateActivation::Silu, GateActivation::GeluTanh}) {
+        const char* act_name = act == GateActivation::Silu ? "swiglu" : "geglu";
         for (const auto& [ffn, k] : {std::pair<int32_t, int32_t>{37, 288}, {300, 288}, {37, 4128}}) {
             const std::vector<uint16_t> a = to_half(random_floats(static_cast<size_t>(kGemvMaxRows * k), 14), t);
             const std::vector<uint16_t> w = to_half(random_floats(static_cast<size_t>(2 * ffn * k), 15, -0.3f, 0.3f), t);
@@ -402,17 +519,22 @@ void check_gemv(const Context&, std::ostream& log) {
             DeviceBuffer d_ref(static_cast<size_t>(kGemvMaxRows * ffn) * sizeof(uint16_t)), d_out(d_ref.bytes());
             for (int32_t m : row_counts) {
                 launch_gemv(d_a.as<uint16_t>(), d_w.as<uint16_t>(), t, d_gu.as<float>(), m, 2 * ffn, k, 0.0f, nullptr);
-                launch_swiglu_to_half(d_gu.as<float>(), m, ffn, t, d_ref.as<uint16_t>(), nullptr);
-                launch_gemv_swiglu(d_a.as<uint16_t>(), d_w.as<uint16_t>(), t, m, ffn, k, d_out.as<uint16_t>(), nullptr);
+                launch_gated_to_half(d_gu.as<float>(), m, ffn, act, t, d_ref.as<uint16_t>(), nullptr);
+                if (act == GateActivation::Silu) {
+                    launch_gemv_swiglu(d_a.as<uint16_t>(), d_w.as<uint16_t>(), t, m, ffn, k, d_out.as<uint16_t>(), nullptr);
+                } else {
+                    launch_gemv_gated(d_a.as<uint16_t>(), d_w.as<uint16_t>(), t, act, m, ffn, k, d_out.as<uint16_t>(), nullptr);
+                }
                 SPECD_CUDA_CHECK(cudaDeviceSynchronize());
                 const std::vector<uint16_t> want = from_device<uint16_t>(d_ref, static_cast<size_t>(m * ffn));
                 const std::vector<uint16_t> got = from_device<uint16_t>(d_out, want.size());
                 for (size_t i = 0; i < got.size(); ++i) {
-                    expect(got[i] == want[i], "gemv_swiglu " + std::string(half_type_name(t)) + " k " + std::to_string(k) + " ffn " + std::to_string(ffn) + ", " +
-                                                  std::to_string(m) + " rows: element " + std::to_string(i) + " differs from gemv + swiglu");
+                    expect(got[i] == want[i], "gemv_" + std::string(act_name) + " " + half_type_name(t) + " k " + std::to_string(k) + " ffn " + std::to_string(ffn) + ", " +
+                                                  std::to_string(m) + " rows: element " + std::to_string(i) + " differs from gemv + " + act_name);
                 }
             }
-            log << "  gemv_swiglu " << half_type_name(t) << " (k " << k << ", ffn " << ffn << "): rows 1, 2, 5, 9, 16 bit-equal to gemv then swiglu\n";
+            log << "  gemv_" << act_name << " " << half_type_name(t) << " (k " << k << ", ffn " << ffn << "): rows 1, 2, 5, 9, 16 bit-equal to gemv then " << act_name << "\n";
+        }
         }
         // What the kernel does not take goes to cuBLAS; launch_gemv itself refuses it.
         DeviceBuffer d_a(32 * 304 * sizeof(uint16_t)), d_w(304 * 304 * sizeof(uint16_t)), d_c(32 * 304 * sizeof(float));
@@ -485,6 +607,22 @@ void check_qkv_rope(const Context&, std::ostream& log) {
             log << "  qkv_rope " << what << ": " << m << " rows, " << differing << " values not bit-equal to gemv + rope_store_kv\n";
         }
     });
+    // NEOX pairs (i, i + rope_half) fall into different 16-row blocks: the fused kernel refuses them.
+    PagedSetup ps;
+    ps.g.heads.neox = true;
+    const Geometry& g = ps.g;
+    DeviceBuffer d_a(static_cast<size_t>(ps.layout.n_rows * 288) * sizeof(uint16_t)),
+        d_w(static_cast<size_t>(g.qkv_ld() * 288) * sizeof(uint16_t)), d_qkv(static_cast<size_t>(ps.layout.n_rows * g.qkv_ld()) * sizeof(float)),
+        d_packed = to_device(ps.layout.packed), d_table(static_cast<size_t>(g.n_ctx * g.heads.rope_half) * sizeof(float));
+    const KvPoolView pool{nullptr, nullptr, HalfType::F16, g.n_layers, g.block_size, g.kv_dim()};
+    bool refused = false;
+    try {
+        launch_gemv_qkv_rope(d_a.as<uint16_t>(), d_w.as<uint16_t>(), d_qkv.as<float>(), g.qkv_ld(), 288, ps.rows(d_packed), g.heads,
+                             d_table.as<float>(), d_table.as<float>(), pool, g.layer, nullptr);
+    } catch (const Error&) {
+        refused = true;
+    }
+    expect(refused, "gemv_qkv_rope ran NEOX pairs");
 }
 
 void check_sampling(const Context&, std::ostream& log) {
@@ -528,6 +666,17 @@ void check_sampling(const Context&, std::ostream& log) {
         }
     }
     log << "  argmax: " << rows << " rows (a tie, masked entries) agree\n";
+    {
+        // Gemma's final logit soft-capping, in place: cap * tanh(x / cap).
+        const float cap = 30.0f;
+        const std::vector<float> x = random_floats(1000, 10, -200.0f, 200.0f);
+        DeviceBuffer d_x = to_device(x);
+        launch_softcap(d_x.as<float>(), x.size(), cap, nullptr);
+        SPECD_CUDA_CHECK(cudaDeviceSynchronize());
+        std::vector<float> want;
+        for (float v : x) want.push_back(static_cast<float>(cap * std::tanh(static_cast<double>(v) / cap)));
+        expect_close(from_device<float>(d_x, want.size()), want, 1e-6f, 1e-5f, "softcap (cap 30)", log);
+    }
     expect_close(from_device<float>(d_logits, want_probs.size()), want_probs, 1e-4f, 1e-7f, "softmax (temperature 0.7)", log);
     expect(from_device<int32_t>(d_ids, want_ids.size()) == want_ids, "top-k ids differ from the CPU order");
     expect_close(from_device<float>(d_vals, want_vals.size()), want_vals, 1e-4f, 1e-7f, "top-k values", log);
@@ -873,24 +1022,194 @@ void check_cuda_graphs(const Context& ctx, std::ostream& log) {
     }
 }
 
+// ------------------------------------------------------ model families ---
+
+// A family model file (tests/support/family_models.h: llama.cpp's layout,
+// stories15M's vocabulary) in the temporary directory, removed at the end.
+struct FamilyFile {
+    std::string path;
+    FamilyFile(const test::FamilyModelSpec& spec, const gguf::File& vocab, const std::string& tag)
+        : path((std::filesystem::temp_directory_path() /
+                ("specd-gpu-" + spec.name + "-" + tag + "-" + std::to_string(::getpid()) + ".gguf"))
+                   .string()) {
+        test::write_family_model(path, spec, vocab);
+    }
+    FamilyFile(const FamilyFile&) = delete;
+    FamilyFile& operator=(const FamilyFile&) = delete;
+    ~FamilyFile() {
+        std::error_code ec;
+        std::filesystem::remove(path, ec);
+    }
+};
+
+// stories15M's GGUF, whose tokenizer.* keys (a real SentencePiece
+// vocabulary) the family models copy.
+gguf::File open_vocabulary(const std::string& path) {
+    try {
+        return gguf::File::open(path);
+    } catch (const std::exception& e) {
+        throw CheckFailed("cannot open the vocabulary " + path + " (run tools/fetch-model.sh): " + e.what());
+    }
+}
+
+// The preset of each family (Llama 3, Qwen2, Qwen3, Gemma 3, Phi-3) on the
+// GPU against the CPU forward pass of the same file: every prompt row's
+// logits (a prefill of 22 rows: cuBLAS), a chunked prefill (4, 9 and 9 rows:
+// the small-batch kernels), then 32 greedy steps of two sequences batched
+// (CUDA graphs once the shape repeats), both backends fed the CPU's picks:
+// the logits within tolerance every step. Then 32 tokens greedy on the GPU
+// alone through the device argmax, its picks fed back: the CPU's greedy
+// continuation, token for token (f16 files: the GPU's weights are the
+// file's bits). A divergence passes only at a near-tie: where the CPU's
+// margin between the two picks is within twice the largest |gpu - cpu| seen
+// on that model (16-bit activations may flip it; the log says where).
+// Gemma's windowed layers (window 4) are crossed many times over.
+void check_family_forward(const Context& ctx, std::ostream& log) {
+    const gguf::File vocab = open_vocabulary(ctx.models_dir + "/stories15M-f32.gguf");
+    const std::vector<int32_t> prompt = {1,    9038, 2501, 263,  931,  29892, 727, 471,  263, 2217, 7826,
+                                         4257, 365,  2354, 3897, 1171, 29889, 450, 6575, 1033, 1919, 322};
+    constexpr int32_t kSteps = 32;
+    struct Case {
+        TensorType file_type;
+        HalfType type;
+        float rel_tolerance;  // of the largest |logit| of the call
+        bool greedy_exact;
+    };
+    // f16 files: the GPU's weights are the file's; f32 files as bf16: rounded weights, a looser bound.
+    // (stories15M measured 0.1% (f16) and 1% (bf16) of its largest logit.)
+    const Case cases[] = {{TensorType::F16, HalfType::F16, 0.01f, true}, {TensorType::F32, HalfType::BF16, 0.05f, false}};
+    for (const std::string& family : test::family_preset_names()) {
+        for (const Case& c : cases) {
+            test::FamilyModelSpec spec = test::family_preset(family);
+            spec.matrix_type = c.file_type;
+            const FamilyFile file(spec, vocab, tensor_type_name(c.file_type));
+            std::unique_ptr<LlamaModel> model = LlamaModel::load(file.path);
+            const std::string tag = family + " (" + std::string(model->family().arch) + ", " + tensor_type_name(c.file_type) +
+                                    " file as " + half_type_name(c.type) + ")";
+            expect(cuda_unsupported_features(*model).empty(), tag + ": refused: " + cuda_unsupported_features(*model));
+            const int32_t vocab_size = model->hparams().n_vocab;
+            ThreadPool pool(2);
+            ForwardPass cpu(*model, pool);
+            PagedKvCache cpu_kv(cpu.kv_shape(128, 3));
+            auto weights = DeviceModel::upload(*model, 0, c.type);
+            CudaForward gpu(weights, model.get());
+            auto gpu_kv = gpu.make_kv_cache(gpu.kv_shape(128, 3));
+            float worst_ratio = 0.0f, worst_abs = 0.0f;
+            int32_t compared = 0, flips = 0, rows_compared = 0;
+            // Both backends on the same items (the same sequence ids in both caches); returns the CPU's logits.
+            auto both = [&](std::span<const BatchItem> items, const std::string& what) {
+                const std::span<const float> lc = cpu.forward(cpu_kv, items);
+                std::vector<float> cpu_rows(lc.begin(), lc.end());  // copied: the next call reuses the buffer
+                const std::span<const float> gpu_rows = gpu.forward(*gpu_kv, items);
+                float scale = 0.0f, worst = 0.0f;
+                for (size_t i = 0; i < cpu_rows.size(); ++i) {
+                    scale = std::max(scale, std::fabs(cpu_rows[i]));
+                    if (i < gpu_rows.size()) worst = std::max(worst, std::fabs(gpu_rows[i] - cpu_rows[i]));
+                }
+                std::ostringstream quiet;  // compare_logits logs each call; this check logs a summary
+                compare_logits(gpu_rows, cpu_rows, vocab_size, c.rel_tolerance * scale, tag + ", " + what, quiet);
+                worst_ratio = std::max(worst_ratio, scale > 0.0f ? worst / scale : 0.0f);
+                worst_abs = std::max(worst_abs, worst);
+                expect(scale > 4.0f, tag + ", " + what + ": logits up to " + std::to_string(scale) + " only: the model is not peaked");
+                const size_t rows = cpu_rows.size() / static_cast<size_t>(vocab_size);
+                for (size_t r = 0; r < rows; ++r) {  // argmax flips (near-ties: compare_logits refuses any other)
+                    const float* g = gpu_rows.data() + r * static_cast<size_t>(vocab_size);
+                    const float* p = cpu_rows.data() + r * static_cast<size_t>(vocab_size);
+                    flips += std::max_element(g, g + vocab_size) - g != std::max_element(p, p + vocab_size) - p;
+                    ++rows_compared;
+                }
+                ++compared;
+                return cpu_rows;
+            };
+            auto argmax = [&](const std::vector<float>& rows, size_t row) {
+                const float* p = rows.data() + row * static_cast<size_t>(vocab_size);
+                return static_cast<int32_t>(std::max_element(p, p + vocab_size) - p);
+            };
+
+            // Sequence a: the whole prompt in one call, every row's logits.
+            const int32_t a = cpu_kv.create_sequence();
+            expect(gpu_kv->create_sequence() == a, "the two caches gave different sequence ids");
+            BatchItem item{a, prompt, true};
+            const std::vector<float> prompt_rows = both(std::span(&item, 1), "prompt rows");
+            // Sequence b: the prompt in chunks of 4, 9 and 9 rows (verification-sized, every row's logits).
+            const int32_t b = cpu_kv.create_sequence();
+            expect(gpu_kv->create_sequence() == b, "the two caches gave different sequence ids");
+            std::vector<float> b_rows;
+            for (const auto& [first, n] : {std::pair<size_t, size_t>{0, 4}, {4, 9}, {13, 9}}) {
+                item = BatchItem{b, std::span(prompt.data() + first, n), true};
+                b_rows = both(std::span(&item, 1), "chunk at " + std::to_string(first));
+            }
+            // Greedy decoding of both, batched; the CPU's picks feed both backends.
+            std::vector<int32_t> cpu_greedy;  // sequence a's continuation
+            std::vector<std::vector<float>> cpu_pick_rows;  // (kSteps) the CPU logits row each of cpu_greedy was picked from
+            cpu_pick_rows.emplace_back(prompt_rows.end() - vocab_size, prompt_rows.end());
+            int32_t next[2] = {argmax(prompt_rows, prompt.size() - 1), argmax(b_rows, 8)};
+            for (int32_t step = 0; step < kSteps; ++step) {
+                cpu_greedy.push_back(next[0]);
+                const BatchItem batch[2] = {{a, std::span(&next[0], 1), false}, {b, std::span(&next[1], 1), false}};
+                const std::vector<float> rows = both(batch, "decode step " + std::to_string(step));
+                next[0] = argmax(rows, 0);
+                next[1] = argmax(rows, 1);
+                if (step + 1 < kSteps) cpu_pick_rows.emplace_back(rows.begin(), rows.begin() + vocab_size);
+            }
+            // Sequence c: the GPU alone, greedy through the device argmax, its own picks fed back.
+            const int32_t cseq = gpu_kv->create_sequence();
+            std::vector<int32_t> gpu_greedy, picked;
+            item = BatchItem{cseq, prompt, false};
+            gpu.forward_argmax(*gpu_kv, std::span(&item, 1), picked);
+            while (gpu_greedy.size() < cpu_greedy.size()) {
+                gpu_greedy.push_back(picked.at(0));
+                item = BatchItem{cseq, std::span(&gpu_greedy.back(), 1), false};
+                gpu.forward_argmax(*gpu_kv, std::span(&item, 1), picked);
+            }
+            size_t same = 0;
+            while (same < cpu_greedy.size() && gpu_greedy[same] == cpu_greedy[same]) ++same;
+            const GraphStats& st = gpu.graph_stats();
+            log << "  " << tag << ": " << compared << " calls, max |gpu - cpu| " << worst_abs << " = " << worst_ratio
+                << " of the largest logit, argmax equal in " << rows_compared - flips << "/" << rows_compared
+                << " rows; greedy on the device equals the CPU's for " << same << "/" << cpu_greedy.size()
+                << " tokens; graphs " << st.captures << " captured, " << st.replays << " replayed\n";
+            if (same < cpu_greedy.size() && c.greedy_exact) {
+                const std::vector<float>& row = cpu_pick_rows[same];
+                const float margin = row[static_cast<size_t>(cpu_greedy[same])] - row[static_cast<size_t>(gpu_greedy[same])];
+                log << "    diverged at token " << same << ": the CPU's margin between its pick and the GPU's is " << margin
+                    << " (near-tie bound " << 2.0f * worst_abs << ")\n";
+                expect(margin <= 2.0f * worst_abs, tag + ": the device's greedy continuation leaves the CPU's at token " +
+                                                       std::to_string(same) + ", not at a near-tie (margin " + std::to_string(margin) +
+                                                       "): " + model->tokenizer().decode(gpu_greedy) + " | " +
+                                                       model->tokenizer().decode(cpu_greedy));
+            }
+            expect(gpu_kv->length(a) == cpu_kv.length(a) && gpu_kv->length(b) == cpu_kv.length(b),
+                   tag + ": sequence lengths differ after the same calls");
+        }
+    }
+}
+
 }  // namespace
 
 const std::vector<Check>& all() {
     static const std::vector<Check> checks = {
-        {"embed_gather", "embedding gather (f16, bf16) equals the table rows", check_embed_gather},
-        {"rms_norm", "RMSNorm to 16-bit matches the CPU formula", check_rms_norm},
-        {"rope_store_kv", "RoPE on q/k and K/V stores into the paged pool match the CPU", check_rope_store_kv},
-        {"paged_attention", "paged attention (verify T=5, decode, long context, GQA) matches a CPU reference", check_paged_attention},
-        {"swiglu", "SwiGLU to 16-bit matches the CPU", check_swiglu},
-        {"gemv", "the small-batch GEMV (1..16 rows) matches f64 sums, each row bit-equal to it alone; fused SwiGLU = unfused", check_gemv},
+        {"embed_gather", "embedding gather (f16, bf16, scaled or not) equals the table rows", check_embed_gather},
+        {"rms_norm", "RMSNorm to 16-bit and the post-norm residual add match the CPU formula", check_rms_norm},
+        {"rope_store_kv", "biases, Q/K norms, RoPE (adjacent, NEOX, partial) and K/V stores into the paged pool match the CPU",
+         check_rope_store_kv},
+        {"paged_attention", "paged attention (verify T=5, decode, long context, GQA, windows, head size 256) matches a CPU reference",
+         check_paged_attention},
+        {"swiglu", "SwiGLU and GeGLU to 16-bit match the CPU", check_swiglu},
+        {"gemv", "the small-batch GEMV (1..16 rows) matches f64 sums, each row bit-equal to it alone; fused SwiGLU/GeGLU = unfused",
+         check_gemv},
         {"qkv_rope", "the q|k|v product with RoPE and the K/V stores fused equals gemv then rope_store_kv", check_qkv_rope},
-        {"sampling", "device argmax, softmax and top-k match the CPU", check_sampling},
+        {"sampling", "device argmax, softmax, top-k and logit soft-capping match the CPU", check_sampling},
         {"forward_logits", "full forward pass (stories15M f32/q8_0 as f16/bf16) matches the CPU logits", check_forward_logits},
         {"greedy_speculative", "greedy output with speculation on the GPU equals plain GPU greedy output", check_greedy_speculative},
         {"verifier_greedy", "batched greedy verification with only the argmax per row copied back equals the full-logits path",
          check_verifier_greedy},
         {"stream_overlap", "the verifier's and the draft's streams overlap (event timestamps)", check_stream_overlap},
         {"cuda_graphs", "decode and verification steps replayed as CUDA graphs give the eager path's logits", check_cuda_graphs},
+        {"family_forward",
+         "Llama 3, Qwen2, Qwen3, Gemma 3 and Phi-3 models: GPU logits match the CPU forward; the device's greedy tokens are the "
+         "CPU's (f16 files; a flip only at a near-tie)",
+         check_family_forward},
     };
     return checks;
 }

@@ -20,7 +20,12 @@
 #include "gpu/gpu_metrics.h"
 #include "gpu/graph_cache.h"
 #include "gpu/weight_convert.h"
+#include "support/family_models.h"
 #include "support/models.h"
+#include "support/tiny_model.h"
+#ifdef SPECD_HAS_CUDA
+#include "gpu/device_model.h"
+#endif
 
 using namespace specd;
 using namespace specd::gpu;
@@ -182,6 +187,42 @@ TEST_CASE("RoPE tables follow the CPU engine's angles", "[gpu-host]") {
     CHECK(c[0] == 1.0f);
     CHECK(s[0] == 0.0f);
 }
+
+TEST_CASE("RoPE tables of sliding-window layers use their own base, unscaled", "[gpu-host]") {
+    LlamaHparams hp;
+    hp.rope_dim = 8;
+    hp.rope_freq_base = 1000000.0f;
+    hp.rope_freq_scale = 0.125f;
+    hp.rope_freq_base_swa = 10000.0f;
+    hp.rope_attn_factor = 1.5f;
+    std::vector<float> c, s, cw, sw;
+    rope_tables(hp, 5, c, s);
+    rope_tables(hp, 5, cw, sw, true);
+    for (int p = 0; p < 5; ++p) {
+        for (int i = 0; i < 4; ++i) {
+            const double theta = p * std::pow(1000000.0, -2.0 * i / 8) * 0.125, theta_swa = p * std::pow(10000.0, -2.0 * i / 8);
+            CHECK(c[static_cast<size_t>(p * 4 + i)] == static_cast<float>(std::cos(theta) * 1.5f));
+            CHECK(sw[static_cast<size_t>(p * 4 + i)] == static_cast<float>(std::sin(theta_swa) * 1.5f));
+            // The CPU forward's table expression, windowed.
+            CHECK(cw[static_cast<size_t>(p * 4 + i)] == static_cast<float>(std::cos(p * hp.rope_frequency(i, true)) * hp.rope_attn_factor));
+        }
+    }
+}
+
+#ifdef SPECD_HAS_CUDA
+TEST_CASE("the CUDA backend runs every family's graph: nothing of any preset is refused at upload", "[gpu-host]") {
+    for (const std::string& family : test::family_preset_names()) {
+        const std::string path = test::write_family_model(test::temp_path("cuda-" + family + ".gguf"), test::family_preset(family),
+                                                          test::stories_vocab());
+        auto model = LlamaModel::load(path);
+        std::filesystem::remove(path);
+        INFO(family << ": beyond Llama 2: " << model->graph_beyond_llama2());
+        CHECK(model->graph_beyond_llama2().empty() == (family == "llama3"));  // the presets do use the features
+        CHECK(cuda_unsupported_features(*model).empty());
+    }
+    CHECK(cuda_unsupported_features(*test::load("stories15M-q8_0.gguf")).empty());
+}
+#endif
 
 TEST_CASE("batch layout packs rows, logit rows and block tables", "[gpu-host]") {
     PagedKvCache kv(small_shape(), KvStorage::None);
