@@ -10,6 +10,7 @@
 #include "engine/chat_template.h"
 #include "engine/utf8.h"
 #include "net/chat_page.h"
+#include "net/llama_server_routes.h"
 
 namespace specd::net {
 
@@ -162,6 +163,7 @@ RouteResult handle_request(const RouteRequest& req, const RouteContext& ctx) {
     if (p == "/v1/embeddings")
         return error_result(501, "not_implemented", "embeddings are not implemented: specd serves generation (completions, chat)");
     if ((p == "/v1/completions" || p == "/v1/chat/completions") && post) return generate(req, ctx, p == "/v1/chat/completions");
+    if (std::optional<RouteResult> r = llama_server_route(req, ctx, p)) return std::move(*r);
     if (p == "/v1/completions" || p == "/v1/chat/completions" || p == "/v1/models" || p == "/health" || p == "/metrics" || p == "/")
         return error_result(405, "method_not_allowed", std::string(req.method_name) + " is not allowed on " + p);
     return error_result(404, "not_found", "no endpoint " + utf8_excerpt(p, 200));

@@ -7,7 +7,8 @@
 //
 // Endpoints: / (chat page), /v1/ws (upgrade), /v1/completions,
 // /v1/chat/completions, /v1/models[/ID], /health, /metrics,
-// GET/POST /admin/speculation; everything else is a JSON error.
+// GET/POST /admin/speculation, llama-server's /tokenize, /detokenize,
+// /props (net/llama_server_routes.h); everything else is a JSON error.
 #pragma once
 
 #include <cstdint>
