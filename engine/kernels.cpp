@@ -4,11 +4,17 @@
 #include "engine/kernels.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <new>
 #include <string>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 #include "engine/error.h"
 #include "engine/kernels_internal.h"
@@ -51,11 +57,47 @@ Isa detect_cpu_isa() {
     if (os_zmm && f512 && dq && bw && vl && vnni) return Isa::Avx512;
     return Isa::Avx2;
 }
+// AMX tiles with int8 products (CPUID.7.0:EDX bits 24 and 25), and Linux's
+// permission for the tile data state, which a process must ask for once
+// (arch_prctl ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) or its first tile
+// instruction faults.
+bool detect_amx() {
+    uint32_t r[4];
+    cpuid(0, 0, r);
+    if (r[0] < 7) return false;
+    cpuid(7, 0, r);
+    if (!((r[3] >> 24) & 1) || !((r[3] >> 25) & 1)) return false;
+    constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+    return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+}
 #else
 Isa detect_cpu_isa() { return Isa::Scalar; }
+bool detect_amx() { return false; }
 #endif
 
+// SPECD_AMX=0 (or off, false) leaves AMX unused; set_amx_enabled overrides.
+bool amx_from_environment() {
+    const char* v = std::getenv("SPECD_AMX");
+    if (v == nullptr) return true;
+    const std::string s(v);
+    return !(s == "0" || s == "off" || s == "false");
+}
+
+std::atomic<bool>& amx_switch() {
+    static std::atomic<bool> on{amx_from_environment()};
+    return on;
+}
+
 }  // namespace
+
+bool amx_available() {
+    static const bool ok = detect_amx();
+    return ok;
+}
+
+bool amx_enabled() { return amx_switch().load(std::memory_order_relaxed) && amx_available(); }
+
+void set_amx_enabled(bool on) { amx_switch().store(on, std::memory_order_relaxed); }
 
 Isa cpu_isa() {
     static const Isa isa = detect_cpu_isa();

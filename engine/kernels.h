@@ -42,6 +42,15 @@ Isa cpu_isa();
 bool isa_supported(Isa isa);
 const char* isa_name(Isa isa);  // "scalar", "avx2", "avx512"
 
+// Intel AMX (amx-tile + amx-int8) for the integer products of q8_0
+// weights with kAmxMinRows (16) or more activation rows on the AVX-512 path
+// (verification steps, batched decoding, prompts). Used where the CPU has it
+// and Linux grants the tile state, unless SPECD_AMX=0|off|false. Outputs
+// have the same bits with and without it.
+bool amx_available();        // the CPU and the OS allow it
+bool amx_enabled();          // available and switched on
+void set_amx_enabled(bool);  // tests and benchmarks compare both paths
+
 // Activations of one matmul, prepared once and shared read-only by the
 // threads that split N. For f32/f16/bf16 weights the rows stay f32 (zero
 // padded to a multiple of 16, plus a 16-row-panel transposed copy when there

@@ -296,6 +296,42 @@ TEST_CASE("matmul: extreme codes (q8_0 weights of -128 and +-127, activations at
     }
 }
 
+TEST_CASE("matmul: AMX products of q8_0 weights give the AVX-512 path's bits exactly (any rows, partial tiles, chunks), and q4_0 is unchanged by the switch",
+          "[kernels]") {
+    if (!isa_supported(Isa::Avx512) || !amx_available()) {
+        WARN("skipped: this CPU or OS has no AMX (amx-tile + amx-int8 and the tile state)");
+        return;
+    }
+    struct Restore {
+        ~Restore() { set_amx_enabled(true); }
+    } restore;
+    // K: 37 blocks, more than one 32-block chunk of the many-row path; N: a partial last tile.
+    const int64_t N = 67, K = 32 * 37, ldx = K + 5, ldy = N + 3;
+    for (TensorType type : {TensorType::Q8_0, TensorType::Q4_0}) {
+        Weights w = make_weights(type, N, K, 21);
+        if (type == TensorType::Q8_0) {  // the extreme codes in a few rows
+            for (int64_t n = 0; n < N; n += 5) {
+                BlockQ8_0* blk = reinterpret_cast<BlockQ8_0*>(w.data.data() + static_cast<size_t>(n) * w.row_bytes);
+                for (int j = 0; j < 32; ++j) blk->qs[j] = static_cast<int8_t>(j % 2 ? -128 : 127);
+            }
+        }
+        for (int rows : {1, 3, 4, 5, 9, 16, 17, 31, 33, 40}) {
+            INFO(tensor_type_name(type) << " rows " << rows);
+            const std::vector<float> x = make_x(rows, K, ldx, 100 + static_cast<uint32_t>(rows));
+            PreparedInput in;
+            prepare(in, Isa::Avx512, type, x, rows, K, ldx);
+            set_amx_enabled(false);
+            const std::vector<float> plain = run_matmul(Isa::Avx512, w, in, ldy, 0, N);
+            const std::vector<float> plain_part = run_matmul(Isa::Avx512, w, in, ldy, 16, N - 2);
+            set_amx_enabled(true);
+            const std::vector<float> amx = run_matmul(Isa::Avx512, w, in, ldy, 0, N);
+            const std::vector<float> amx_part = run_matmul(Isa::Avx512, w, in, ldy, 16, N - 2);
+            REQUIRE(std::memcmp(plain.data(), amx.data(), plain.size() * sizeof(float)) == 0);
+            REQUIRE(std::memcmp(plain_part.data(), amx_part.data(), plain_part.size() * sizeof(float)) == 0);
+        }
+    }
+}
+
 TEST_CASE("prepared q8_0 activations are bit-identical on every ISA", "[kernels]") {
     for (TensorType type : {TensorType::Q8_0, TensorType::Q4_0}) {
         const int rows = 7;
