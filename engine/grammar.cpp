@@ -413,7 +413,8 @@ bool Grammar::Element::matches_any(uint32_t lo, uint32_t hi) const {
 GrammarMatcher::GrammarMatcher(std::shared_ptr<const Grammar> grammar) : grammar_(std::move(grammar)) {
     State start;
     const Grammar::Rule& root = grammar_->rules()[grammar_->root()];
-    for (uint32_t a = 0; a < root.alternatives.size(); ++a) expand(Stack{{grammar_->root(), a, 0}}, start.stacks);
+    std::set<Stack> entered;
+    for (uint32_t a = 0; a < root.alternatives.size(); ++a) expand(Stack{{grammar_->root(), a, 0}}, start.stacks, entered);
     std::sort(start.stacks.begin(), start.stacks.end());
     start.stacks.erase(std::unique(start.stacks.begin(), start.stacks.end()), start.stacks.end());
     current_ = intern(std::move(start));
@@ -458,7 +459,7 @@ const Grammar::Element& GrammarMatcher::top_element(const Stack& s) const {
     return grammar_->rules()[p.rule].alternatives[p.alt][p.index];
 }
 
-void GrammarMatcher::expand(Stack stack, std::vector<Stack>& out) const {
+void GrammarMatcher::expand(Stack stack, std::vector<Stack>& out, std::set<Stack>& entered) const {
     while (!stack.empty()) {
         const Pos p = stack.back();
         const auto& seq = grammar_->rules()[p.rule].alternatives[p.alt];
@@ -476,20 +477,26 @@ void GrammarMatcher::expand(Stack stack, std::vector<Stack>& out) const {
         for (uint32_t a = 1; a < alts.size(); ++a) {
             Stack branch = stack;
             branch.push_back({e.rule, a, 0});
-            expand(std::move(branch), out);
+            if (entered.insert(branch).second) expand(std::move(branch), out, entered);
         }
         stack.push_back({e.rule, 0, 0});
+        // A stack expands to the same results wherever it is reached: once
+        // is enough. Without this, empty alternatives under a repetition
+        // ("x" | "y" | | | ...){7,33}) reach the same stacks exponentially
+        // many times (a fuzzer's grammar took 2 GB).
+        if (!entered.insert(stack).second) return;
     }
     out.push_back(std::move(stack));
 }
 
 std::vector<GrammarMatcher::Stack> GrammarMatcher::advance(const std::vector<Stack>& stacks, uint32_t cp) const {
     std::vector<Stack> out;
+    std::set<Stack> entered;
     for (const Stack& s : stacks) {
         if (s.empty() || !top_element(s).matches(cp)) continue;
         Stack next = s;
         ++next.back().index;
-        expand(std::move(next), out);
+        expand(std::move(next), out, entered);
     }
     std::sort(out.begin(), out.end());
     out.erase(std::unique(out.begin(), out.end()), out.end());

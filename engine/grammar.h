@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <set>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -106,8 +107,9 @@ private:
     };
     using Stack = std::vector<Pos>;  // back() is the top
     // Expands `stack` until its top is a character element (or it is
-    // empty), adding each result to `out`.
-    void expand(Stack stack, std::vector<Stack>& out) const;
+    // empty), adding each result to `out`. `entered`: the stacks already
+    // expanded in this step (each is expanded once).
+    void expand(Stack stack, std::vector<Stack>& out, std::set<Stack>& entered) const;
     // The stacks after matching code point cp from `stacks` (deduplicated).
     std::vector<Stack> advance(const std::vector<Stack>& stacks, uint32_t cp) const;
     // Feeds one byte into the state; false if the grammar refuses it (the
