@@ -114,18 +114,19 @@ std::vector<float> logits_of(const std::vector<std::vector<double>>& probs) {
 // distribution the sampler draws from is the row's softmax.
 SamplingParams plain_sampling() { return SamplingParams{1.0f, 0, 1.0f, 0.0f, 1.0f, 64, 7}; }
 
-std::map<int64_t, double> as_expected(const std::vector<double>& p) {
-    std::map<int64_t, double> m;
-    for (size_t i = 0; i < p.size(); ++i)
-        if (p[i] > 0) m[static_cast<int64_t>(i)] = p[i];
-    return m;
-}
-
+// A row as a draft's sparse distribution (ids of p > 0).
 std::vector<TokenProb> sparse(const std::vector<double>& p) {
     std::vector<TokenProb> out;
     for (size_t i = 0; i < p.size(); ++i)
         if (p[i] > 0) out.push_back({static_cast<int32_t>(i), static_cast<float>(p[i])});
     return out;
+}
+
+// A row as chi_square's expected probabilities (in double).
+std::map<int64_t, double> as_expected(const std::vector<double>& p) {
+    std::map<int64_t, double> m;
+    for (const TokenProb& tp : sparse(p)) m[tp.id] = p[static_cast<size_t>(tp.id)];
+    return m;
 }
 
 }  // namespace
@@ -136,35 +137,25 @@ TEST_CASE("verify_draft greedy: all accepted gives the bonus token, the first mi
     const std::vector<int32_t> argmax = {4, 2, 7, 5};  // (k + 1) rows
     const RngState before = Rng(3).state();
     Rng rng(before);
-    SECTION("every drafted token is the argmax: accepted, then the last row's argmax") {
+    struct Case {
+        const char* what;
+        std::vector<int32_t> draft;
+        int32_t n_accepted;
+        int32_t next;
+    };
+    for (const Case& c : {Case{"every drafted token is the argmax: the last row's argmax is the bonus", {4, 2, 7}, 3, 5},
+                          Case{"the second differs: one accepted, the second row's argmax recovers", {4, 6, 7}, 1, 2},
+                          Case{"the first differs: none accepted", {0, 2, 7}, 0, 4},
+                          Case{"nothing drafted: the first row's argmax", {}, 0, 4}}) {
+        INFO(c.what);
         std::vector<int32_t> history = {1, 3};
-        const std::vector<int32_t> draft = {4, 2, 7};
-        const DraftVerdict v = verifier.verify(TargetRows{nullptr, argmax.data()}, DraftToVerify{draft, {}}, sampler, rng, history);
-        CHECK(v.n_accepted == 3);
-        CHECK(v.next == 5);
-        CHECK(history == std::vector<int32_t>{1, 3, 4, 2, 7});
-    }
-    SECTION("the second drafted token differs: one accepted, the second row's argmax recovers") {
-        std::vector<int32_t> history = {1, 3};
-        const std::vector<int32_t> draft = {4, 6, 7};
-        const DraftVerdict v = verifier.verify(TargetRows{nullptr, argmax.data()}, DraftToVerify{draft, {}}, sampler, rng, history);
-        CHECK(v.n_accepted == 1);
-        CHECK(v.next == 2);
-        CHECK(history == std::vector<int32_t>{1, 3, 4});
-    }
-    SECTION("the first drafted token differs: none accepted") {
-        std::vector<int32_t> history = {1};
-        const std::vector<int32_t> draft = {0, 2, 7};
-        const DraftVerdict v = verifier.verify(TargetRows{nullptr, argmax.data()}, DraftToVerify{draft, {}}, sampler, rng, history);
-        CHECK(v.n_accepted == 0);
-        CHECK(v.next == 4);
-        CHECK(history == std::vector<int32_t>{1});
-    }
-    SECTION("nothing drafted: the first row's argmax") {
-        std::vector<int32_t> history = {1};
-        const DraftVerdict v = verifier.verify(TargetRows{nullptr, argmax.data()}, DraftToVerify{}, sampler, rng, history);
-        CHECK(v.n_accepted == 0);
-        CHECK(v.next == 4);
+        const DraftVerdict v = verifier.verify(TargetRows{nullptr, argmax.data()}, DraftToVerify{c.draft, {}}, sampler, rng, history);
+        CHECK(v.n_accepted == c.n_accepted);
+        CHECK(v.next == c.next);
+        // The history gains the accepted tokens, not the next one.
+        std::vector<int32_t> want = {1, 3};
+        want.insert(want.end(), c.draft.begin(), c.draft.begin() + c.n_accepted);
+        CHECK(history == want);
     }
     // Greedy draws nothing: the request's random stream is as it was.
     const RngState after = rng.state();

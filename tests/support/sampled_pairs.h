@@ -51,19 +51,11 @@ inline std::map<int64_t, double> two_token_distribution(ForwardBackend& fwd, Pag
 // One generation a pair comes from: 4 tokens, EOS not stopping, and a
 // fixed draft length (k must not depend on timing).
 inline GenerationParams pair_generation(const SamplingParams& sampling, uint64_t seed) {
-    GenerationParams gp;
-    gp.max_tokens = 4;
-    gp.stop_at_eos = false;
-    gp.sampling = sampling;
+    GenerationParams gp{.max_tokens = 4, .sampling = sampling, .stop_at_eos = false, .stop = {}};
     gp.sampling.seed = seed;
     return gp;
 }
-inline SpeculativeParams fixed_draft(int32_t draft_max) {
-    SpeculativeParams sp;
-    sp.draft_max = draft_max;
-    sp.adaptive = false;
-    return sp;
-}
+inline SpeculativeParams fixed_draft(int32_t draft_max) { return SpeculativeParams{.draft_max = draft_max, .adaptive = false}; }
 
 // First-two-token pairs of `n` generations and the tokens drafted in them.
 struct SampledPairs {
