@@ -25,9 +25,6 @@
 #include "actors/messages.h"
 #include "config/runtime_config.h"
 #include "engine/chat_template.h"  // ChatTemplate, ChatMessage: chat_template()
-// Only for net/server.cpp, which reads now_ms() through this header (it
-// used to come with config/runtime_config.h); drop once net/ includes it.
-#include "engine/generate.h"
 #include "gpu/gpu_metrics.h"
 
 namespace specd {
