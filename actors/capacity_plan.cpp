@@ -45,6 +45,10 @@ int32_t CapacityPlan::kv_blocks(const KvPoolInputs& in) {
     return static_cast<int32_t>(std::min<int64_t>(affordable, in.shape_blocks));
 }
 
+int CapacityPlan::io_threads(int configured, int hardware_threads) {
+    return configured > 0 ? configured : std::clamp(hardware_threads / 8, 1, 4);
+}
+
 int64_t CapacityPlan::available_ram_bytes() {
     std::ifstream in("/proc/meminfo");
     std::string key;

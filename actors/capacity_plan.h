@@ -11,6 +11,10 @@
 #include <string>
 
 #include "config/runtime_config.h"
+// ThreadPool: hardware_threads(), what every plan starts from, and
+// set_current_thread_name(), the names that tell the process's threads
+// apart (compute, actors, and a front end's network threads).
+#include "engine/thread_pool.h"
 
 namespace specd {
 
@@ -54,6 +58,11 @@ public:
     // shape_blocks. specd::Error naming the figures when that is less than
     // one full context.
     static int32_t kv_blocks(const KvPoolInputs& in);
+
+    // Network threads for a front end beside the compute pools (net/'s
+    // Server): `configured`, or with 0 one per 8 hardware threads, 1 to 4
+    // (one keeps up with many sessions' streams; the rest compute).
+    static int io_threads(int configured, int hardware_threads);
 
     // MemAvailable from /proc/meminfo (8 GiB where it can't be read).
     static int64_t available_ram_bytes();

@@ -2,6 +2,12 @@
 // carries the name across processes and to the network layer).
 #pragma once
 
+// specd::Error, the one exception type every layer throws for bad input
+// (a one-line message; Runtime::create and set_speculation throw it), with
+// the error codes a front end maps to its protocol's: net/ throws it for
+// its own bad input too (listen address, metric names).
+#include "engine/error.h"
+
 namespace specd {
 
 enum class ErrorCode {

@@ -11,6 +11,12 @@
 #include <caf/all.hpp>
 
 #include "engine/sampler.h"
+// A request's limits, checked by the session and, earlier, by a front end
+// (net/api.cpp) that reports them in its own protocol's words: the bound
+// of draft_max (kMaxDraftTokens) and of the stop list (kMaxStopSequences,
+// kMaxStopSequenceBytes). Re-exported here with the request they bound.
+#include "engine/speculative_params.h"
+#include "engine/stop_matcher.h"
 
 namespace specd {
 
@@ -38,9 +44,9 @@ struct generate_request {
     int32_t max_tokens = 128;             // new tokens at most (>= 1)
     SamplingParams sampling;              // llama.cpp's defaults
     bool stop_at_eos = true;
-    std::vector<std::string> stop;        // stop sequences: the text ends before the first one generated
+    std::vector<std::string> stop;        // stop sequences: the text ends before the first one generated (<= kMaxStopSequences of <= kMaxStopSequenceBytes)
     int8_t speculative = -1;              // -1: the runtime's default; 0 off; 1 on
-    int32_t draft_max = -1;               // -1: the runtime's MAX_DRAFT_TOKENS
+    int32_t draft_max = -1;               // -1: the runtime's MAX_DRAFT_TOKENS; else 0..kMaxDraftTokens
     int8_t adaptive = -1;                 // -1: the runtime's default; 0 fixed k; 1 adaptive
     int64_t timeout_ms = 0;               // 0: no deadline; else the request fails after this long
 };

@@ -141,6 +141,7 @@ const Tokenizer& Runtime::tokenizer() const { return shared_->target->tokenizer(
 std::string Runtime::chat_template_text() const {
     return shared_->target->file().get_string_opt("tokenizer.chat_template").value_or("");
 }
+ChatTemplate Runtime::chat_template() const { return ChatTemplate::from_gguf_template(chat_template_text()); }
 int32_t Runtime::n_ctx() const { return shared_->n_ctx; }
 bool Runtime::has_draft_model() const {
     return shared_->draft != nullptr || !shared_->replicas.load()->drafts.empty();
@@ -166,7 +167,8 @@ bool Runtime::draining() const { return shared_->draining; }
 const std::string& Runtime::draft_load_error() const { return shared_->draft_load_error; }
 
 void Runtime::set_speculation(const SpeculationSettings& s) {
-    if (s.draft_max < 0 || s.draft_max > 64) throw Error("draft_max must be in 0..64, got " + std::to_string(s.draft_max));
+    if (s.draft_max < 0 || s.draft_max > kMaxDraftTokens)
+        throw Error("draft_max must be in 0.." + std::to_string(kMaxDraftTokens) + ", got " + std::to_string(s.draft_max));
     shared_->spec_enabled = s.enabled;
     shared_->spec_draft_max = s.draft_max;
     shared_->spec_adaptive = s.adaptive;

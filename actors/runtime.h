@@ -24,9 +24,8 @@
 #include "actors/interfaces.h"
 #include "actors/messages.h"
 #include "config/runtime_config.h"
-// Only for net/server.cpp, which reads now_ms() through this header (it
-// used to come with config/runtime_config.h); drop once net/ includes it.
-#include "engine/generate.h"
+#include "engine/chat_template.h"  // ChatTemplate, ChatMessage: chat_template()
+#include "engine/tokenizer.h"      // Tokenizer: tokenizer() (llama-server's /tokenize, embedders)
 #include "gpu/gpu_metrics.h"
 
 namespace specd {
@@ -75,7 +74,7 @@ struct GenerateResult {
 // request's own "speculative" settings always win.
 struct SpeculationSettings {
     bool enabled = true;    // speculate (config: ENABLE_SPECULATIVE_DECODING)
-    int32_t draft_max = 8;  // tokens drafted per step at most, 0..64 (MAX_DRAFT_TOKENS)
+    int32_t draft_max = 8;  // tokens drafted per step at most, 0..kMaxDraftTokens (MAX_DRAFT_TOKENS)
     bool adaptive = true;   // per-request draft length from measured acceptance
 };
 
@@ -135,6 +134,11 @@ public:
     const Tokenizer& tokenizer() const;
     // The target GGUF's tokenizer.chat_template ("" when it has none).
     std::string chat_template_text() const;
+    // That template as the engine renders it (llama.cpp's detection; the
+    // plain transcript when it is not recognised or absent). Rendering chat
+    // messages into a prompt is the front end's step (as llama-server and
+    // vLLM's OpenAI layer do it), with the model's template from here.
+    ChatTemplate chat_template() const;
     int32_t n_ctx() const;
     bool has_draft_model() const;
     // The verifier's current handle (it is restarted after a failure).
@@ -150,7 +154,7 @@ public:
     // Why the configured draft model is not loaded ("" when it is, or none was configured).
     const std::string& draft_load_error() const;
     // Switches the defaults for new requests at run time (running ones keep
-    // theirs); specd::Error for a draft_max outside 0..64.
+    // theirs); specd::Error for a draft_max outside 0..kMaxDraftTokens.
     void set_speculation(const SpeculationSettings& settings);
     SpeculationSettings speculation() const;
 

@@ -14,6 +14,11 @@
 
 #include <nlohmann/json.hpp>
 
+// valid_utf8, utf8_excerpt: how text from a client or a file is made safe
+// to echo into a reply or a log line (engine/utf8.h; the same repair the
+// writers below apply), for the network layer's error messages.
+#include "engine/utf8.h"
+
 namespace specd {
 
 // Deepest nesting of arrays and objects accepted. Requests and configs

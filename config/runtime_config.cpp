@@ -16,6 +16,7 @@
 
 #include "config/json_text.h"
 #include "engine/error.h"
+#include "engine/speculative_params.h"
 #include "engine/utf8.h"
 
 namespace specd {
@@ -62,7 +63,7 @@ const std::vector<Entry>& entries() {
              .help = "speculative decoding for requests that don't say (--no-spec: plain)", .kind = Kind::boolean, .reloadable = true},
             &RuntimeConfig::enable_speculative);
         add({.key = "draft_max", .env = "MAX_DRAFT_TOKENS", .flag = "--draft-max", .help = "tokens drafted per step at most",
-             .kind = Kind::integer, .min = 0, .max = 64, .reloadable = true},
+             .kind = Kind::integer, .min = 0, .max = kMaxDraftTokens, .reloadable = true},
             &RuntimeConfig::draft_max);
         add({.key = "adaptive", .env = "SPECD_ADAPTIVE_DRAFT", .flag = "--adaptive{true},--no-adaptive{false}",
              .help = "per-request draft length from measured acceptance", .kind = Kind::boolean, .reloadable = true},

@@ -3,28 +3,16 @@
 #include <algorithm>
 
 #include "engine/generate.h"
+#include "engine/verify_draft.h"
 
 namespace specd {
 
-namespace {
-
-// A row without any ordered logit (all NaN) has no argmax: the device then
-// reports an id outside the vocabulary; fail as the host sampler does.
-void check_argmax(std::span<const int32_t> argmax, int32_t n_vocab) {
-    for (const int32_t t : argmax) {
-        if (t < 0 || t >= n_vocab) throw Error("forward_greedy: a logit row has no argmax (every logit NaN?): got " + std::to_string(t));
-    }
-}
-
-}  // namespace
-
 BatchVerifier::BatchVerifier(ForwardBackend& target, PagedKvCache& kv, BatchVerifierOptions options)
-    : fwd_(target), kv_(kv), options_(options), rule_(target.n_vocab()), sampler_(SamplingParams{}, target.n_vocab()) {
+    : fwd_(target), kv_(kv), options_(options), verifier_(target.n_vocab()), sampler_(SamplingParams{}, target.n_vocab()) {
     if (options_.max_step_tokens < 1) throw Error("verifier: max_step_tokens must be >= 1");
     if (options_.prefill_chunk_tokens < 1) throw Error("verifier: prefill_chunk_tokens must be >= 1");
     options_.max_step_tokens = std::min(options_.max_step_tokens, fwd_.options().max_batch_tokens);
     items_.reserve(static_cast<size_t>(kv_.shape().max_sequences));
-    q_.reserve(static_cast<size_t>(target.n_vocab()));
 }
 
 void BatchVerifier::open(uint64_t request) {
@@ -106,55 +94,20 @@ void BatchVerifier::submit(VerifyJob job) {
     queue_.push_back(Queued{std::move(job), 0});
 }
 
-void BatchVerifier::finish_verify(Queued& q, Request& r, const float* rows, VerifyOutcome& o) {
+void BatchVerifier::finish_verify(Queued& q, Request& r, const TargetRows& rows, VerifyOutcome& o) {
     const VerifyJob& job = q.job;
-    const size_t V = static_cast<size_t>(fwd_.n_vocab());
     const int32_t cached_before = static_cast<int32_t>(r.history.size()) - 1;  // the pending token is not cached yet
-    sampler_.set_params(job.sampling);
+    DraftToVerify draft{std::span<const int32_t>(job.tokens).subspan(1), {}};
+    if (job.draft_has_probs) draft.probs = job.draft_probs;
+    // The argmax path draws nothing: the request's random state comes back unchanged.
+    if (rows.logits) sampler_.set_params(job.sampling);
     Rng rng(job.rng);
-    int32_t n_accepted = 0;
-    int32_t next = -1;
-    for (int32_t i = 0; i < job.n_draft; ++i) {
-        sampler_.distribution(rows + static_cast<size_t>(i) * V, r.history, q_);
-        const std::span<const TokenProb> p =
-            job.draft_has_probs ? std::span<const TokenProb>(job.draft_probs[static_cast<size_t>(i)]) : std::span<const TokenProb>();
-        const int32_t d = job.tokens[static_cast<size_t>(i) + 1];
-        int32_t recovered = -1;
-        if (!rule_.accept(q_, p, d, rng, &recovered)) {
-            next = recovered;
-            break;
-        }
-        ++n_accepted;
-        r.history.push_back(d);
-    }
-    if (next < 0) next = sampler_.sample(rows + static_cast<size_t>(job.n_draft) * V, r.history, rng);
-    kv_.truncate(r.seq, cached_before + 1 + n_accepted);
-    r.history.push_back(next);
-    o.n_accepted = n_accepted;
-    o.next = next;
+    const DraftVerdict verdict = verifier_.verify(rows, draft, sampler_, rng, r.history);
+    kv_.truncate(r.seq, cached_before + 1 + verdict.n_accepted);
+    r.history.push_back(verdict.next);
+    o.n_accepted = verdict.n_accepted;
+    o.next = verdict.next;
     o.rng = rng.state();
-}
-
-void BatchVerifier::finish_verify_greedy(Queued& q, Request& r, const int32_t* argmax, VerifyOutcome& o) {
-    const VerifyJob& job = q.job;
-    const int32_t cached_before = static_cast<int32_t>(r.history.size()) - 1;  // the pending token is not cached yet
-    int32_t n_accepted = 0;
-    int32_t next = -1;
-    for (int32_t i = 0; i < job.n_draft; ++i) {
-        const int32_t d = job.tokens[static_cast<size_t>(i) + 1];
-        if (d != argmax[i]) {
-            next = argmax[i];
-            break;
-        }
-        ++n_accepted;
-        r.history.push_back(d);
-    }
-    if (next < 0) next = argmax[job.n_draft];
-    kv_.truncate(r.seq, cached_before + 1 + n_accepted);
-    r.history.push_back(next);
-    o.n_accepted = n_accepted;
-    o.next = next;
-    o.rng = job.rng;  // greedy draws nothing
 }
 
 void StepCostProbe::record(int32_t rows, double ms) {
@@ -290,10 +243,8 @@ void BatchVerifier::step(std::vector<VerifyOutcome>& out) {
                     o.next = next;
                     o.rng = rng.state();
                 }
-            } else if (greedy) {
-                finish_verify_greedy(q, r, row_argmax, o);
             } else {
-                finish_verify(q, r, row, o);
+                finish_verify(q, r, TargetRows{row, row_argmax}, o);
             }
             r.busy = false;
             done[item_job_[it]] = 1;

@@ -17,7 +17,7 @@
 #include "engine/backend.h"
 #include "engine/proposer.h"
 #include "engine/sampler.h"
-#include "engine/speculative.h"
+#include "engine/verify_draft.h"
 
 namespace specd {
 
@@ -128,17 +128,14 @@ private:
     };
     StepCostProbe* probe_ = nullptr;
     VerifyOutcome fail(const VerifyJob& job, std::string why, bool kv_full = false) const;
-    void finish_verify(Queued& q, Request& r, const float* rows, VerifyOutcome& o);
-    // The same acceptance for a greedy job from the target's argmax per row
-    // (`argmax`: n_draft + 1 entries): with a point-mass target the rule
-    // accepts a drafted token iff it is the argmax, and the next token is
-    // the argmax of the first rejected (or the bonus) row; no randomness.
-    void finish_verify_greedy(Queued& q, Request& r, const int32_t* argmax, VerifyOutcome& o);
+    // A verify job's verdict (engine/verify_draft.h) from its rows: logits,
+    // or each row's argmax when the step ran forward_greedy.
+    void finish_verify(Queued& q, Request& r, const TargetRows& rows, VerifyOutcome& o);
 
     ForwardBackend& fwd_;
     PagedKvCache& kv_;
     BatchVerifierOptions options_;
-    AcceptanceRule rule_;
+    DraftVerifier verifier_;           // the acceptance rule and its scratch
     Sampler sampler_;                  // parameters switched per job
     std::unordered_map<uint64_t, Request> requests_;
     std::vector<Queued> queue_;        // in arrival order
@@ -148,7 +145,6 @@ private:
     std::vector<size_t> item_job_;     // (items) index into queue_
     std::vector<int32_t> item_row_;    // (items) first logit row
     std::vector<int32_t> item_len_;    // (items) tokens
-    std::vector<TokenProb> q_;         // target distribution scratch
     std::vector<size_t> failed_;       // (queue) scratch: jobs whose blocks could not be reserved
     std::vector<char> done_;           // (queue) scratch: jobs finished this step
     std::vector<int32_t> argmax_;      // (rows of the step) argmax per logit row when the step ran forward_greedy

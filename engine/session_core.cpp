@@ -38,8 +38,7 @@ SessionCore::SessionCore(const Tokenizer& tokenizer, std::vector<int32_t> prompt
     history_.reserve(static_cast<size_t>(n_ctx_) + 1);
     history_.assign(prompt_.begin(), prompt_.end());
     output_.reserve(static_cast<size_t>(std::min(params_.max_tokens, n_ctx_)));
-    stats_.drafted_per_position.assign(static_cast<size_t>(spec_.draft_max), 0);
-    stats_.accepted_per_position.assign(static_cast<size_t>(spec_.draft_max), 0);
+    stats_ = SpecStats(spec_.draft_max);
 }
 
 int32_t SessionCore::max_positions() const {
@@ -165,22 +164,11 @@ void SessionCore::on_verify(const VerifyOutcome& o) {
     last_load_ = std::max({1, o.batch_requests, o.open_requests});
     const int32_t n_draft = static_cast<int32_t>(draft_.tokens.size());
     const int32_t n_accepted = o.n_accepted;
-    ++stats_.n_steps;
     // A step a verifier ran ahead (no next_k() before it) is one the load
     // policy kept plain too.
     if (!k_chosen_ && load_plain_ && spec_.draft_max > 0) ++stats_.n_load_capped;
     k_chosen_ = false;
-    stats_.k_sum += n_draft;
-    stats_.draft_ms += draft_ms_;
-    stats_.verify_ms += o.step_ms;
-    if (n_draft > 0) {
-        ++stats_.n_drafts;
-        stats_.n_drafted += n_draft;
-        stats_.n_accepted += n_accepted;
-        const int32_t reached = std::min(n_draft, n_accepted + 1);
-        for (int32_t i = 0; i < reached; ++i) ++stats_.drafted_per_position[static_cast<size_t>(i)];
-        for (int32_t i = 0; i < n_accepted; ++i) ++stats_.accepted_per_position[static_cast<size_t>(i)];
-    }
+    stats_.record_step(n_draft, n_accepted, draft_ms_, o.step_ms);
     if (spec_.draft_max > 0) controller_.record(n_draft, n_accepted, draft_ms_, o.step_ms);
     for (int32_t i = 0; i < n_accepted; ++i) {
         const int32_t d = draft_.tokens[static_cast<size_t>(i)];

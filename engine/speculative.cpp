@@ -5,119 +5,6 @@
 
 namespace specd {
 
-void SpeculativeParams::validate() const {
-    if (draft_max < 0 || draft_max > 64) {
-        throw Error("draft-max must be in 0..64, got " + std::to_string(draft_max));
-    }
-    if (draft_min < 0 || draft_min > std::max(draft_max, 0)) {
-        throw Error("draft-min must be in 0..draft-max (" + std::to_string(draft_max) + "), got " +
-                    std::to_string(draft_min));
-    }
-    if (!(draft_p_min >= 0.0f && draft_p_min <= 1.0f)) {
-        throw Error("draft-p-min must be in [0, 1], got " + std::to_string(draft_p_min));
-    }
-}
-
-// ------------------------------------------------------------------ stats ---
-
-std::vector<double> SpecStats::accept_rate_per_position() const {
-    std::vector<double> r(drafted_per_position.size(), 0.0);
-    for (size_t i = 0; i < r.size(); ++i) {
-        if (drafted_per_position[i]) r[i] = static_cast<double>(accepted_per_position[i]) / static_cast<double>(drafted_per_position[i]);
-    }
-    return r;
-}
-
-void SpecStats::add(const SpecStats& o) {
-    n_steps += o.n_steps;
-    n_drafts += o.n_drafts;
-    n_drafted += o.n_drafted;
-    n_accepted += o.n_accepted;
-    draft_ms += o.draft_ms;
-    verify_ms += o.verify_ms;
-    k_sum += o.k_sum;
-    n_load_capped += o.n_load_capped;
-    const size_t n = std::max(drafted_per_position.size(), o.drafted_per_position.size());
-    drafted_per_position.resize(n, 0);
-    accepted_per_position.resize(n, 0);
-    for (size_t i = 0; i < o.drafted_per_position.size(); ++i) {
-        drafted_per_position[i] += o.drafted_per_position[i];
-        accepted_per_position[i] += o.accepted_per_position[i];
-    }
-}
-
-// -------------------------------------------------------- acceptance rule ---
-
-AcceptanceRule::AcceptanceRule(int32_t n_vocab) : dense_(static_cast<size_t>(n_vocab), 0.0f) {}
-
-namespace {
-float prob_of(std::span<const TokenProb> dist, int32_t token) {
-    for (const TokenProb& tp : dist) {
-        if (tp.id == token) return tp.p;
-    }
-    return 0.0f;
-}
-}  // namespace
-
-void AcceptanceRule::residual(std::span<const TokenProb> q, std::span<const TokenProb> p, int32_t token,
-                              std::vector<TokenProb>& out) {
-    out.clear();
-    for (const TokenProb& tp : q) dense_[static_cast<size_t>(tp.id)] = tp.p;
-    // A draft's distribution is zero beyond its own vocabulary (a shorter
-    // draft's sparse list has no entry there); entries at ids the target
-    // lacks (a draft vocabulary longer than the target's, if any slipped
-    // through the mask) have q = 0, where max(0, q - p) is 0: skipped.
-    const size_t n = dense_.size();
-    if (p.empty()) {
-        if (static_cast<size_t>(token) < n) dense_[static_cast<size_t>(token)] -= 1.0f;
-    } else {
-        for (const TokenProb& tp : p) {
-            if (static_cast<size_t>(tp.id) < n) dense_[static_cast<size_t>(tp.id)] -= tp.p;
-        }
-    }
-    double sum = 0.0;
-    // Only q's support can stay positive.
-    for (const TokenProb& tp : q) {
-        const float r = dense_[static_cast<size_t>(tp.id)];
-        if (r > 0.0f) {
-            out.push_back({tp.id, r});
-            sum += r;
-        }
-    }
-    for (const TokenProb& tp : q) dense_[static_cast<size_t>(tp.id)] = 0.0f;
-    if (p.empty()) {
-        if (static_cast<size_t>(token) < n) dense_[static_cast<size_t>(token)] = 0.0f;
-    } else {
-        for (const TokenProb& tp : p) {
-            if (static_cast<size_t>(tp.id) < n) dense_[static_cast<size_t>(tp.id)] = 0.0f;
-        }
-    }
-    if (sum <= 0.0) {
-        // q <= p everywhere only if q == p, where rejection has probability 0;
-        // reached through rounding alone: fall back to q itself.
-        out.assign(q.begin(), q.end());
-        return;
-    }
-    const float inv = static_cast<float>(1.0 / sum);
-    for (TokenProb& tp : out) tp.p *= inv;
-}
-
-bool AcceptanceRule::accept(std::span<const TokenProb> q, std::span<const TokenProb> p, int32_t token, Rng& rng,
-                            int32_t* recovered) {
-    if (q.size() == 1) {  // greedy target: accept iff the draft picked its token
-        if (q[0].id == token) return true;
-        *recovered = q[0].id;
-        return false;
-    }
-    const float qx = prob_of(q, token);
-    const float px = p.empty() ? 1.0f : prob_of(p, token);
-    if (qx >= px && qx > 0.0f) return true;
-    if (qx > 0.0f && rng.uniform() * static_cast<double>(px) < static_cast<double>(qx)) return true;
-    residual(q, p, token, residual_);
-    *recovered = Sampler::draw(residual_, rng);
-    return false;
-}
-
 // ------------------------------------------------------- k controller ---
 
 namespace {
@@ -233,7 +120,7 @@ void DraftLengthController::record(int32_t k, int32_t n_accepted, double draft_m
 // ---------------------------------------------------------------- decoder ---
 
 SpeculativeDecoder::SpeculativeDecoder(ForwardBackend& target, PagedKvCache& kv, Proposer* proposer)
-    : fwd_(target), kv_(kv), proposer_(proposer), rule_(target.n_vocab()) {
+    : fwd_(target), kv_(kv), proposer_(proposer), verifier_(target.n_vocab()) {
     history_.reserve(static_cast<size_t>(kv.shape().max_seq_len));
 }
 
@@ -251,8 +138,7 @@ SpeculativeResult SpeculativeDecoder::generate(std::span<const int32_t> prompt, 
     SpeculativeResult result;
     result.n_prompt = static_cast<int32_t>(prompt.size());
     result.tokens.reserve(static_cast<size_t>(params.max_tokens));
-    result.stats.drafted_per_position.assign(static_cast<size_t>(spec.draft_max), 0);
-    result.stats.accepted_per_position.assign(static_cast<size_t>(spec.draft_max), 0);
+    result.stats = SpecStats(spec.draft_max);
     history_.assign(prompt.begin(), prompt.end());
     verify_in_.reserve(static_cast<size_t>(spec.draft_max) + 1);
 
@@ -349,51 +235,22 @@ SpeculativeResult SpeculativeDecoder::generate(std::span<const int32_t> prompt, 
         }
         if (!greedy) logits = fwd_.forward(kv_, std::span<const BatchItem>(&item, 1));
 
-        int32_t n_accepted = 0;
-        int32_t next = -1;
+        TargetRows rows;
         if (greedy) {
-            for (const int32_t t : argmax_) {
-                if (t < 0 || t >= V) throw Error("forward_greedy: a logit row has no argmax (every logit NaN?)");
-            }
-            while (n_accepted < n_draft && draft_.tokens[static_cast<size_t>(n_accepted)] == argmax_[static_cast<size_t>(n_accepted)]) {
-                history_.push_back(draft_.tokens[static_cast<size_t>(n_accepted)]);
-                ++n_accepted;
-            }
-            next = argmax_[static_cast<size_t>(n_accepted)];  // the correction, or the bonus token
+            check_argmax(argmax_, V);
+            rows.argmax = argmax_.data();
+        } else {
+            rows.logits = logits.data();
         }
-        for (int32_t i = 0; i < n_draft && !greedy; ++i) {
-            const float* row = logits.data() + static_cast<size_t>(i) * V;
-            sampler.distribution(row, history_, q_);
-            const std::span<const TokenProb> p =
-                draft_.has_probs ? std::span<const TokenProb>(draft_.probs[static_cast<size_t>(i)]) : std::span<const TokenProb>();
-            const int32_t d = draft_.tokens[static_cast<size_t>(i)];
-            int32_t recovered = -1;
-            if (!rule_.accept(q_, p, d, rng, &recovered)) {
-                next = recovered;
-                break;
-            }
-            ++n_accepted;
-            history_.push_back(d);
-        }
-        if (next < 0) {  // sampled, every draft token accepted: the bonus token from the last row
-            next = sampler.sample(logits.data() + static_cast<size_t>(n_draft) * V, history_, rng);
-        }
+        DraftToVerify to_verify{draft_.tokens, {}};
+        if (draft_.has_probs) to_verify.probs = draft_.probs;
+        const DraftVerdict verdict = verifier_.verify(rows, to_verify, sampler, rng, history_);
+        const int32_t n_accepted = verdict.n_accepted;
+        const int32_t next = verdict.next;
         kv_.truncate(seq, cached + 1 + n_accepted);
         const double td2 = now_ms();
 
-        SpecStats& st = result.stats;
-        ++st.n_steps;
-        st.k_sum += n_draft;
-        st.draft_ms += td1 - td0;
-        st.verify_ms += td2 - td1;
-        if (n_draft > 0) {
-            ++st.n_drafts;
-            st.n_drafted += n_draft;
-            st.n_accepted += n_accepted;
-            const int32_t reached = std::min(n_draft, n_accepted + 1);
-            for (int32_t i = 0; i < reached; ++i) ++st.drafted_per_position[static_cast<size_t>(i)];
-            for (int32_t i = 0; i < n_accepted; ++i) ++st.accepted_per_position[static_cast<size_t>(i)];
-        }
+        result.stats.record_step(n_draft, n_accepted, td1 - td0, td2 - td1);
         controller.record(n_draft, n_accepted, td1 - td0, td2 - td1);
 
         // Emit the accepted draft tokens, then the target's own token.

@@ -4,8 +4,6 @@
 #include <cmath>
 
 #include "config/json_text.h"
-#include "engine/stop_matcher.h"
-#include "engine/utf8.h"
 
 namespace specd::net {
 

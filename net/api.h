@@ -45,8 +45,12 @@ struct RequestLimits {
     int32_t max_tokens_limit = 4096;    // "max_tokens_limit": largest max_tokens accepted
     int32_t default_max_tokens = 128;   // completions and WebSocket requests that give none (OpenAI: 16; llama-server: until done);
                                         // chat requests default to max_tokens_limit (until the answer or the context ends)
-    int32_t max_draft_tokens = 32;      // largest speculative.draft_max accepted
+    // Largest speculative.draft_max a request may ask for: a front-end
+    // limit (docs/websocket-protocol.md: 1..32) inside the runtime's bound
+    // kMaxDraftTokens, which only the server's own setting may reach.
+    int32_t max_draft_tokens = 32;
 };
+static_assert(RequestLimits{}.max_draft_tokens <= kMaxDraftTokens);
 
 // Parses and validates; throws ApiError. `render_chat` turns messages into
 // the prompt text (the model's chat template).

@@ -8,7 +8,7 @@
 
 #include <boost/asio.hpp>
 
-#include "engine/error.h"
+#include "actors/error_code.h"
 
 namespace specd::net {
 

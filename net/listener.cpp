@@ -4,7 +4,7 @@
 #include <boost/asio/strand.hpp>
 #include <boost/asio/write.hpp>
 
-#include "engine/error.h"
+#include "actors/error_code.h"
 #include "net/http_session.h"
 #include "net/server_state.h"
 

@@ -6,7 +6,6 @@
 
 #include "actors/runtime.h"
 #include "config/json_text.h"
-#include "engine/utf8.h"
 
 namespace specd::net {
 

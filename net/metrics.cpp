@@ -12,7 +12,7 @@
 
 #include <unistd.h>
 
-#include "engine/error.h"
+#include "actors/error_code.h"
 
 namespace specd {
 

@@ -5,7 +5,7 @@
 #include <optional>
 
 #include "config/log.h"
-#include "engine/acceptance_watch.h"
+#include "net/acceptance_watch.h"
 
 namespace specd::net {
 

@@ -35,7 +35,7 @@ private:
     MetricsPage& page_;
     std::mutex mu_;
     double low_rate_;         // under mu_
-    std::unique_ptr<AcceptanceWatch> watch_;  // under mu_ (engine/acceptance_watch.h)
+    std::unique_ptr<AcceptanceWatch> watch_;  // under mu_ (net/acceptance_watch.h)
 };
 
 }  // namespace specd::net

@@ -7,8 +7,6 @@
 #include "actors/runtime.h"
 #include "config/json_text.h"
 #include "config/log.h"
-#include "engine/chat_template.h"
-#include "engine/utf8.h"
 #include "net/chat_page.h"
 #include "net/llama_server_routes.h"
 
@@ -73,11 +71,13 @@ RouteResult admin(const RouteRequest& req, const RouteContext& ctx, const std::s
                 const json& v = it.value();
                 if (it.key() == "enabled" && v.is_boolean()) next.enabled = v.get<bool>();
                 else if (it.key() == "adaptive" && v.is_boolean()) next.adaptive = v.get<bool>();
-                else if (it.key() == "draft_max" && v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() <= 64)
+                else if (it.key() == "draft_max" && v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() <= kMaxDraftTokens)
                     next.draft_max = v.get<int32_t>();
                 else if (it.key() == "enabled" || it.key() == "adaptive" || it.key() == "draft_max")
                     throw ApiError{400, "invalid_request",
-                                   it.key() + (it.key() == "draft_max" ? " must be an integer in 0..64" : " must be true or false"), it.key()};
+                                   it.key() + (it.key() == "draft_max" ? " must be an integer in 0.." + std::to_string(kMaxDraftTokens)
+                                                                       : std::string(" must be true or false")),
+                                   it.key()};
                 else throw ApiError{400, "invalid_request", "unknown key \"" + it.key() + "\" (enabled, draft_max, adaptive)", it.key()};
             }
         } catch (const ApiError& e) {
@@ -233,7 +233,7 @@ std::string cors_allowed_headers(std::string_view requested) {
 }
 
 std::shared_ptr<const ChatTemplate> load_chat_template(const Runtime& runtime) {
-    return std::make_shared<const ChatTemplate>(ChatTemplate::from_gguf_template(runtime.chat_template_text()));
+    return std::make_shared<const ChatTemplate>(runtime.chat_template());
 }
 
 // Renders with the model's tokenizer.chat_template when its text is

@@ -10,7 +10,7 @@
 #include <thread>
 
 #include "config/log.h"
-#include "engine/thread_pool.h"
+#include "actors/capacity_plan.h"
 #include "net/listener.h"
 #include "net/server_state.h"
 
@@ -105,7 +105,7 @@ uint16_t Server::start() {
     open_acceptor(*state_->acceptor, state_->opt.host, state_->opt.port, true);
     state_->bound_port = state_->acceptor->local_endpoint().port();
     std::make_shared<Listener>(state_)->run();
-    const int io_threads = state_->opt.io_threads > 0 ? state_->opt.io_threads : std::clamp(ThreadPool::hardware_threads() / 8, 1, 4);
+    const int io_threads = CapacityPlan::io_threads(state_->opt.io_threads, ThreadPool::hardware_threads());
     for (int i = 0; i < io_threads; ++i) {
         asio::io_context* ioc = state_->ioc.get();
         state_->threads.emplace_back([ioc] {

@@ -122,3 +122,10 @@ TEST_CASE("capacity plan: a budget below one context is an error naming the figu
 TEST_CASE("capacity plan: the machine's available memory is read", "[capacity_plan]") {
     CHECK(CapacityPlan::available_ram_bytes() > 0);
 }
+
+TEST_CASE("capacity plan: a front end's network threads, as configured or one per 8 hardware threads, 1 to 4", "[capacity_plan]") {
+    CHECK(CapacityPlan::io_threads(3, 64) == 3);   // configured wins
+    CHECK(CapacityPlan::io_threads(0, 2) == 1);    // never none
+    CHECK(CapacityPlan::io_threads(0, 16) == 2);
+    CHECK(CapacityPlan::io_threads(0, 256) == 4);  // never more than 4
+}

@@ -26,6 +26,7 @@
 #include "engine/speculative.h"
 #include "support/family_models.h"
 #include "support/models.h"
+#include "support/sampled_pairs.h"
 #include "support/session_driver.h"
 #include "support/tiny_model.h"
 
@@ -364,26 +365,7 @@ TEST_CASE("sampled speculation with a draft vocabulary shorter or longer than th
 
     // Exact joint distribution of the first two generated tokens under
     // plain sampling, by enumeration.
-    Sampler sampler(sampling, fwd.n_vocab());
-    std::vector<TokenProb> d1, d2;
-    std::map<int64_t, double> expected;
-    {
-        const int32_t s = kv.create_sequence();
-        auto logits = prefill(fwd, kv, s, prompt);
-        std::vector<float> l1(logits.begin(), logits.end());
-        sampler.distribution(l1.data(), prompt, d1);
-        kv.free_sequence(s);
-    }
-    for (const TokenProb& a : d1) {
-        std::vector<int32_t> c2 = prompt;
-        c2.push_back(a.id);
-        const int32_t s = kv.create_sequence();
-        auto logits = prefill(fwd, kv, s, c2);
-        std::vector<float> l2(logits.begin(), logits.end());
-        sampler.distribution(l2.data(), c2, d2);
-        kv.free_sequence(s);
-        for (const TokenProb& b : d2) expected[a.id * 8 + b.id] += static_cast<double>(a.p) * b.p;
-    }
+    const std::map<int64_t, double> expected = test::two_token_distribution(fwd, kv, prompt, sampling);
     // Tokens 6 and 7 carry real mass: the 6-token draft can never propose them.
     double mass_67 = 0.0;
     for (const auto& [key, p] : expected) {
@@ -404,27 +386,8 @@ TEST_CASE("sampled speculation with a draft vocabulary shorter or longer than th
         {
             DraftModelProposer proposer(*target, *draft, pool, 32);
             SpeculativeDecoder spec(fwd, kv, &proposer);
-            std::map<int64_t, int64_t> observed;
-            int64_t drafted = 0;
-            for (int64_t i = 0; i < n; ++i) {
-                GenerationParams gp;
-                gp.max_tokens = 4;
-                gp.stop_at_eos = false;
-                gp.sampling = sampling;
-                gp.sampling.seed = 1000 + static_cast<uint64_t>(i);
-                SpeculativeParams sp;
-                sp.draft_max = 3;
-                sp.adaptive = false;
-                const SpeculativeResult r = spec.generate(prompt, gp, sp);
-                REQUIRE(r.tokens.size() == 4);
-                ++observed[r.tokens[0] * 8 + r.tokens[1]];
-                drafted += r.stats.n_drafted;
-            }
-            CHECK(drafted > n / 20);  // speculation really happened
-            const auto [stat, df] = test::chi_square(observed, expected, n);
-            REQUIRE(df >= 3);
-            INFO("draft vocab " << draft_vocab << ", proposer: chi2 " << stat << " df " << df);
-            CHECK(stat < test::chi_square_critical_001(df));
+            const test::SampledPairs got = test::sample_pairs(spec, fwd.n_vocab(), prompt, sampling, n, 1000);
+            test::check_follows(got, expected, "draft vocab " + std::to_string(draft_vocab) + ", proposer");
         }
         // (2) The runtime's path: SessionCore jobs through BatchDrafter and
         // BatchVerifier (draft probabilities travel in the verify job).
@@ -434,31 +397,19 @@ TEST_CASE("sampled speculation with a draft vocabulary shorter or longer than th
             PagedKvCache bkv(fwd.kv_shape(32, 1));
             BatchVerifier verifier(fwd, bkv, {});
             BatchDrafter drafter(&dfwd, &dkv, 1, 4, target->hparams().n_vocab);
-            std::map<int64_t, int64_t> observed;
-            int64_t drafted = 0;
-            const int64_t n_batch = n / 2;
-            for (int64_t i = 0; i < n_batch; ++i) {
-                GenerationParams gp;
-                gp.max_tokens = 4;
-                gp.stop_at_eos = false;
-                gp.sampling = sampling;
-                gp.sampling.seed = 90000 + static_cast<uint64_t>(i);
-                SpeculativeParams sp;
-                sp.draft_max = 3;
-                sp.adaptive = false;
+            test::SampledPairs got;
+            got.n = n / 2;
+            for (int64_t i = 0; i < got.n; ++i) {
+                const GenerationParams gp = test::pair_generation(sampling, 90000 + static_cast<uint64_t>(i));
                 std::vector<test::Driven> sessions(1);
-                sessions[0].core = std::make_unique<SessionCore>(target->tokenizer(), prompt, gp, sp, true, 32);
+                sessions[0].core = std::make_unique<SessionCore>(target->tokenizer(), prompt, gp, test::fixed_draft(3), true, 32);
                 test::drive(sessions, verifier, &drafter);
                 const std::vector<int32_t>& out = sessions[0].core->output();
                 REQUIRE(out.size() == 4);
-                ++observed[out[0] * 8 + out[1]];
-                drafted += sessions[0].core->stats().n_drafted;
+                ++got.observed[out[0] * 8 + out[1]];
+                got.drafted += sessions[0].core->stats().n_drafted;
             }
-            CHECK(drafted > n_batch / 20);
-            const auto [stat, df] = test::chi_square(observed, expected, n_batch);
-            REQUIRE(df >= 3);
-            INFO("draft vocab " << draft_vocab << ", batched: chi2 " << stat << " df " << df);
-            CHECK(stat < test::chi_square_critical_001(df));
+            test::check_follows(got, expected, "draft vocab " + std::to_string(draft_vocab) + ", batched");
         }
     }
 }

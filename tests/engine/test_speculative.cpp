@@ -1,6 +1,6 @@
 // Lossless speculative decoding: exact (greedy) and statistical (sampling)
-// equality with plain decoding, the acceptance rule on hand-built
-// distributions, rollback invariants, and the draft-length controller.
+// equality with plain decoding, rollback invariants, and the draft-length
+// controller (the acceptance rule itself: test_verify_draft.cpp).
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -13,88 +13,11 @@
 #include "engine/speculative.h"
 #include "engine/forward.h"
 #include "support/models.h"
+#include "support/sampled_pairs.h"
 #include "support/tiny_model.h"
 
 using namespace specd;
 using test::load;
-
-namespace {
-
-
-std::vector<TokenProb> dist(std::initializer_list<TokenProb> l) { return l; }
-
-}  // namespace
-
-// ------------------------------------------------------ acceptance rule ---
-
-TEST_CASE("acceptance rule: p equal to q accepts every drafted token", "[spec][rule]") {
-    AcceptanceRule rule(8);
-    Rng rng(1);
-    const auto q = dist({{3, 0.5f}, {1, 0.3f}, {5, 0.2f}});
-    int accepted = 0;
-    for (int i = 0; i < 3000; ++i) {
-        const int32_t token = Sampler::draw(q, rng);
-        int32_t rec = -1;
-        accepted += rule.accept(q, q, token, rng, &rec);
-    }
-    CHECK(accepted == 3000);
-}
-
-TEST_CASE("acceptance rule: disjoint supports reject at once and recover from q", "[spec][rule]") {
-    AcceptanceRule rule(8);
-    Rng rng(2);
-    const auto q = dist({{0, 0.75f}, {1, 0.25f}});
-    const auto p = dist({{6, 0.6f}, {7, 0.4f}});
-    std::map<int64_t, int64_t> counts;
-    const int n = 8000;
-    for (int i = 0; i < n; ++i) {
-        int32_t rec = -1;
-        REQUIRE_FALSE(rule.accept(q, p, i % 2 ? 6 : 7, rng, &rec));
-        ++counts[rec];
-    }
-    const auto [stat, df] = test::chi_square(counts, {{0, 0.75}, {1, 0.25}}, n);
-    CHECK(stat < test::chi_square_critical_001(df));
-}
-
-TEST_CASE("acceptance rule: the recovered token follows normalize(max(0, q - p))", "[spec][rule]") {
-    AcceptanceRule rule(8);
-    const auto q = dist({{0, 0.4f}, {1, 0.3f}, {2, 0.2f}, {3, 0.1f}});
-    const auto p = dist({{0, 0.1f}, {1, 0.6f}, {2, 0.1f}, {3, 0.2f}});
-    std::vector<TokenProb> r;
-    rule.residual(q, p, 1, r);
-    std::map<int32_t, float> res;
-    for (const TokenProb& tp : r) res[tp.id] = tp.p;
-    // max(0, q-p) = {0: .3, 2: .1}, normalised {0: .75, 2: .25}.
-    REQUIRE(res.size() == 2);
-    CHECK(res[0] == Approx(0.75f));
-    CHECK(res[2] == Approx(0.25f));
-    // And empirically, over drafts of token 1 (q/p = 0.5) and token 3 (0.5):
-    Rng rng(3);
-    std::map<int64_t, int64_t> counts;
-    int64_t rejected = 0, tries = 0;
-    for (int i = 0; i < 20000; ++i) {
-        int32_t rec = -1;
-        ++tries;
-        if (!rule.accept(q, p, i % 2 ? 1 : 3, rng, &rec)) {
-            ++rejected;
-            ++counts[rec];
-        }
-    }
-    CHECK(std::abs(static_cast<double>(rejected) / static_cast<double>(tries) - 0.5) < 0.02);
-    // Rejections of token 3 recover from max(0, q-p) = {0: .3, 1: 0, 2: .1} too, the same residual.
-    const auto [stat, df] = test::chi_square(counts, {{0, 0.75}, {2, 0.25}}, rejected);
-    CHECK(stat < test::chi_square_critical_001(df));
-}
-
-TEST_CASE("acceptance rule: a point-mass q (greedy) accepts exactly its own token", "[spec][rule]") {
-    AcceptanceRule rule(8);
-    Rng rng(4);
-    const auto q = dist({{5, 1.0f}});
-    int32_t rec = -1;
-    CHECK(rule.accept(q, {}, 5, rng, &rec));
-    CHECK_FALSE(rule.accept(q, {}, 4, rng, &rec));
-    CHECK(rec == 5);
-}
 
 // --------------------------------------------------- greedy: exact match ---
 
@@ -222,27 +145,7 @@ TEST_CASE("sampled speculative output follows the target distribution (chi-squar
                                           SamplingParams{1.0f, 5, 0.98f, 0.0f, 1.0f, 64, 7}}) {
         // Exact joint distribution of the first two generated tokens under plain
         // sampling, by enumeration with the target and the sampler's filters.
-        Sampler sampler(sampling, fwd.n_vocab());
-        std::vector<TokenProb> d1, d2;
-        std::map<int64_t, double> expected;
-        std::vector<int32_t> ctx = prompt;
-        {
-            const int32_t s = kv.create_sequence();
-            auto logits = prefill(fwd, kv, s, ctx);
-            std::vector<float> l1(logits.begin(), logits.end());
-            sampler.distribution(l1.data(), ctx, d1);
-            kv.free_sequence(s);
-        }
-        for (const TokenProb& a : d1) {
-            std::vector<int32_t> c2 = prompt;
-            c2.push_back(a.id);
-            const int32_t s = kv.create_sequence();
-            auto logits = prefill(fwd, kv, s, c2);
-            std::vector<float> l2(logits.begin(), logits.end());
-            sampler.distribution(l2.data(), c2, d2);
-            kv.free_sequence(s);
-            for (const TokenProb& b : d2) expected[a.id * 8 + b.id] += static_cast<double>(a.p) * b.p;
-        }
+        const std::map<int64_t, double> expected = test::two_token_distribution(fwd, kv, prompt, sampling);
 
         DraftModelProposer proposer(*target, *draft, pool, 32);
         // A draft head of 4 of the 8 ids: its q is 0 on the others, which
@@ -252,27 +155,8 @@ TEST_CASE("sampled speculative output follows the target distribution (chi-squar
         const int64_t n = 12000;
         for (Proposer* p : {static_cast<Proposer*>(&proposer), static_cast<Proposer*>(&headed), static_cast<Proposer*>(&ngram)}) {
             SpeculativeDecoder spec(fwd, kv, p);
-            std::map<int64_t, int64_t> observed;
-            int64_t drafted = 0;
-            for (int64_t i = 0; i < n; ++i) {
-                GenerationParams gp;
-                gp.max_tokens = 4;
-                gp.stop_at_eos = false;
-                gp.sampling = sampling;
-                gp.sampling.seed = 1000 + static_cast<uint64_t>(i);
-                SpeculativeParams sp;
-                sp.draft_max = 3;
-                sp.adaptive = false;
-                const SpeculativeResult r = spec.generate(prompt, gp, sp);
-                REQUIRE(r.tokens.size() == 4);
-                ++observed[r.tokens[0] * 8 + r.tokens[1]];
-                drafted += r.stats.n_drafted;
-            }
-            CHECK(drafted > n / 20);  // speculation really happened
-            const auto [stat, df] = test::chi_square(observed, expected, n);
-            REQUIRE(df >= 3);
-            INFO(p->name() << " temp " << sampling.temperature << ": chi2 " << stat << " df " << df);
-            CHECK(stat < test::chi_square_critical_001(df));
+            const test::SampledPairs got = test::sample_pairs(spec, fwd.n_vocab(), prompt, sampling, n, 1000);
+            test::check_follows(got, expected, p->name() + " temp " + std::to_string(sampling.temperature));
         }
 
         // The test has power: the draft model's own samples fail it.

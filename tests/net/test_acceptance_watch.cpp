@@ -3,7 +3,7 @@
 // reported; requests that drafted nothing don't count; window 0 is off.
 #include <catch2/catch.hpp>
 
-#include "engine/acceptance_watch.h"
+#include "net/acceptance_watch.h"
 
 using specd::AcceptanceWatch;
 

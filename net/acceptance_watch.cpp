@@ -1,4 +1,4 @@
-#include "engine/acceptance_watch.h"
+#include "net/acceptance_watch.h"
 
 namespace specd {
 

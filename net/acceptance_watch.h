@@ -1,6 +1,8 @@
 // Watches the speculative acceptance rate over windows of drafted tokens
 // and reports a window that ended below a threshold: the deployment guide's
-// signal to retune or retrain the draft. Not thread-safe (the server calls
+// signal to retune or retrain the draft. Part of the server's monitoring
+// (the request log feeds it finished requests' done_event figures), so it
+// lives in net/ beside the metrics page; the runtime only counts. Not thread-safe (the server calls
 // it under a lock).
 //
 //   AcceptanceWatch watch(0.3, 1024);
