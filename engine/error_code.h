@@ -1,5 +1,6 @@
-// Why a request failed, as the session reports it (error_event::code
-// carries the name across processes and to the network layer).
+// Why a request failed, as the session protocol (engine/session_protocol.h)
+// and the session actor report it (error_event::code carries the name
+// across processes and to the network layer).
 #pragma once
 
 namespace specd {
