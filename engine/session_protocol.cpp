@@ -191,6 +191,7 @@ void SessionProtocol::send_draft(int32_t k, bool prefetch) {
     } else {
         waiting_draft_ = id;
         waiting_k_ = k;
+        waiting_whole_ = u.keep == 0;
     }
     out_.push_back(Draft{id, prefetch, std::move(job), std::move(u), want, rng});
 }
@@ -221,11 +222,10 @@ void SessionProtocol::on_draft_reply(uint64_t id, bool prefetch, DraftReply repl
     if (waiting_draft_ != id) return;
     waiting_draft_ = 0;
     if (reply.resync) {
-        // The draft doesn't hold our context (it restarted, or a full send
-        // was refused): send it whole; a refused full send is no draft.
-        const bool was_full = draft_sent_.empty();
+        // The draft doesn't hold our context (it restarted): send it whole;
+        // a refused whole send is no draft.
         draft_sent_.clear();
-        if (!was_full) return send_draft(waiting_k_, false);
+        if (!waiting_whole_) return send_draft(waiting_k_, false);
         reply.outcome = DraftOutcome{};
         reply.outcome.rng = core_->rng_state();
     }

@@ -199,6 +199,7 @@ private:
     uint64_t draft_jobs_ = 0;             // draft requests sent (each gets its own random stream when pipelined)
     uint64_t waiting_draft_ = 0;          // id of the draft request the next step waits for (0: none)
     int32_t waiting_k_ = 0;               // and its k
+    bool waiting_whole_ = false;          // and whether it sent the whole context (keep 0)
     uint64_t verify_epoch_ = 0;           // bumped when a target is abandoned: its late replies are dropped
     Prefetch prefetch_;
     bool awaiting_prefetch_ = false;      // the next step waits for the prefetch's reply
