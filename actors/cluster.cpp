@@ -18,9 +18,8 @@ namespace specd {
 
 bool place_target(RuntimeShared& rt, Placement& p, int32_t exclude) {
     if (!rt.clustered) {
-        std::lock_guard<std::mutex> lock(rt.mu);
         p.target = -1;
-        p.verifier = rt.verifier;
+        p.verifier = rt.current_verifier();
         p.kv = rt.kv;
         return true;
     }
@@ -52,8 +51,7 @@ bool place_target(RuntimeShared& rt, Placement& p, int32_t exclude) {
 
 void place_draft(RuntimeShared& rt, Placement& p) {
     if (!rt.clustered) {
-        std::lock_guard<std::mutex> lock(rt.mu);
-        p.drafter = rt.drafter;
+        p.drafter = rt.current_drafter();
         return;
     }
     const std::shared_ptr<const ReplicaTables> tables = rt.replicas.load();

@@ -83,7 +83,7 @@ struct done_event {
 // A request failed; no done_event follows.
 struct error_event {
     std::string id;
-    std::string code;                     // error_code_name(ErrorCode) (actors/error_code.h): "invalid_request", "context_exceeded", ...
+    std::string code;                     // error_code_name(ErrorCode) (engine/error_code.h): "invalid_request", "context_exceeded", ...
     std::string message;                  // one line naming the problem
 };
 

@@ -169,13 +169,11 @@ const std::string& Runtime::draft_load_error() const { return shared_->draft_loa
 void Runtime::set_speculation(const SpeculationSettings& s) {
     if (s.draft_max < 0 || s.draft_max > kMaxDraftTokens)
         throw Error("draft_max must be in 0.." + std::to_string(kMaxDraftTokens) + ", got " + std::to_string(s.draft_max));
-    shared_->spec_enabled = s.enabled;
-    shared_->spec_draft_max = s.draft_max;
-    shared_->spec_adaptive = s.adaptive;
+    shared_->speculation.store(std::make_shared<const SpeculationSettings>(s));
 }
 
 SpeculationSettings Runtime::speculation() const {
-    return SpeculationSettings{shared_->spec_enabled.load(), shared_->spec_draft_max.load(), shared_->spec_adaptive.load()};
+    return *shared_->speculation.load();
 }
 
 void Runtime::shutdown() {
@@ -183,7 +181,7 @@ void Runtime::shutdown() {
     shared_->draining = true;
     std::vector<caf::strong_actor_ptr> sessions;
     {
-        std::lock_guard<std::mutex> lock(shared_->mu);
+        std::lock_guard<std::mutex> lock(shared_->sessions_mu);
         sessions.assign(shared_->sessions.begin(), shared_->sessions.end());
     }
     for (auto& s : sessions) caf::anon_send(caf::actor_cast<session_actor>(s), cancel_atom::value);

@@ -39,9 +39,8 @@ std::shared_ptr<RuntimeShared> build_shared(caf::actor_system& system, const Run
     auto rt = std::make_shared<RuntimeShared>();
     rt->config = config;
     rt->system = &system;
-    rt->spec_enabled = config.enable_speculative;
-    rt->spec_draft_max = config.draft_max;
-    rt->spec_adaptive = config.adaptive;
+    rt->speculation.store(std::make_shared<const SpeculationSettings>(
+        SpeculationSettings{config.enable_speculative, config.draft_max, config.adaptive}));
     // Structure (a truncated download fails here) and, when known, the hash.
     verify_model_file(config.target_model, config.target_sha256);
     if (build == Build::draft_node) {
@@ -59,7 +58,9 @@ std::shared_ptr<RuntimeShared> build_shared(caf::actor_system& system, const Run
             // Serve anyway, without speculation: the guide's rollback state.
             rt->draft.reset();
             rt->draft_load_error = e.what();
-            rt->spec_enabled = false;
+            SpeculationSettings off = *rt->speculation.load();
+            off.enabled = false;
+            rt->speculation.store(std::make_shared<const SpeculationSettings>(off));
         }
     }
     const LlamaModel& primary = rt->target ? *rt->target : *rt->draft;

@@ -7,7 +7,6 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <string>
 #include <unordered_set>
 #include <vector>
@@ -17,6 +16,7 @@
 #include "actors/backend_factory.h"
 #include "actors/interfaces.h"
 #include "actors/node.h"
+#include "actors/runtime.h"
 #include "config/runtime_config.h"
 #include "engine/backend.h"
 #include "engine/model.h"
@@ -81,26 +81,30 @@ struct RuntimeShared {
     KvCacheShape target_shape, draft_shape;
     caf::actor_system* system = nullptr;
 
-    mutable std::mutex mu;  // guards verifier (restarted), drafter and sessions
-    verifier_actor verifier;
+    // The long-lived actors. The draft actor and the KV manager are spawned
+    // before any session and never replaced: read without a lock. The
+    // verifier is respawned after a failure (spawn_verifier): each one is
+    // published as an immutable snapshot (current_verifier()).
     draft_actor drafter;
     kv_manager_actor kv;
-    std::unordered_set<caf::strong_actor_ptr> sessions;
     std::atomic<bool> draining{false};
     std::atomic<bool> stopping{false};
     std::atomic<uint64_t> next_request{1};
     std::atomic<int32_t> active{0};
     std::atomic<int32_t> verifier_restarts{0};
+    // The live sessions, for shutdown to cancel: added by spawn_session on
+    // the submitter's thread, removed as each session ends on its own.
+    std::mutex sessions_mu;
+    std::unordered_set<caf::strong_actor_ptr> sessions;
     // The defaults for requests that don't say, switchable while serving
-    // (set_speculation); they start as the config's.
-    std::atomic<bool> spec_enabled{true};
-    std::atomic<int32_t> spec_draft_max{8};
-    std::atomic<bool> spec_adaptive{true};
+    // (Runtime::set_speculation): one snapshot, so a session never sees
+    // half of a change. They start as the config's.
+    std::atomic<std::shared_ptr<const SpeculationSettings>> speculation{std::make_shared<const SpeculationSettings>()};
     std::string draft_load_error;  // set once in create(): why the configured draft is not loaded
-    // The draft-length controller of the last session that finished: new
-    // sessions start from it (SessionCore::seed_controller). Guarded by learned_mu.
-    std::mutex learned_mu;
-    std::optional<DraftLengthController> learned_controller;
+    // The draft-length controller of the last session that finished
+    // speculating, as a snapshot: new sessions start from it
+    // (SessionCore::seed_controller); null until one finished.
+    std::atomic<std::shared_ptr<const DraftLengthController>> learned_controller;
     // The verifier's single-request steps, for the load policy's measured budget.
     StepCostProbe step_probe;
     // Multi-node. A gateway (clustered) has no local compute actors: its
@@ -122,13 +126,14 @@ struct RuntimeShared {
     NodeRole node_role = NodeRole::target;  // a `specd node`: which one
 
     verifier_actor current_verifier() const {
-        std::lock_guard<std::mutex> lock(mu);
-        return verifier;
+        const std::shared_ptr<const verifier_actor> v = verifier_.load();
+        return v ? *v : verifier_actor{};
     }
-    draft_actor current_drafter() const {
-        std::lock_guard<std::mutex> lock(mu);
-        return drafter;
-    }
+    void publish_verifier(verifier_actor v) { verifier_.store(std::make_shared<const verifier_actor>(std::move(v))); }
+    draft_actor current_drafter() const { return drafter; }
+
+private:
+    std::atomic<std::shared_ptr<const verifier_actor>> verifier_;
 };
 
 // What a process runs: everything (one process), a gateway (sessions only;
@@ -142,7 +147,8 @@ std::shared_ptr<RuntimeShared> build_shared(caf::actor_system& system, const Run
 // Stops whichever of the runtime's long-lived actors this process has.
 void stop_actors(RuntimeShared& rt, caf::scoped_actor& self);
 
-// Spawns the verifier (detached: its own thread) into rt->verifier, and
+// Spawns the verifier (detached: its own thread), publishes it
+// (RuntimeShared::publish_verifier), and
 // again whenever it dies of a failure (actors/verifier.cpp).
 void spawn_verifier(const std::shared_ptr<RuntimeShared>& rt);
 // The draft actor (detached), over the draft model or the n-gram lookup (actors/draft.cpp).

@@ -10,20 +10,11 @@
 #include "actors/wire.h"
 #include "engine/batch_verifier.h"
 #include "engine/kv_cache.h"
+#include "engine/run_ahead.h"
 
 namespace specd {
 
 namespace {
-
-// A request the verifier runs ahead for (verify_msg::run_ahead): where its
-// results go and how many more plain steps it may add.
-struct RunAhead {
-    uint64_t request = 0;
-    session_actor session;
-    int32_t steps_left = 0;
-    bool stop_at_eos = true;
-    SamplingParams sampling;
-};
 
 struct verifier_state {
     std::unique_ptr<ForwardBackend> fwd;
@@ -34,10 +25,11 @@ struct verifier_state {
         caf::typed_response_promise<verify_result> rp;
     };
     std::unordered_map<uint64_t, Waiting> promises;  // by job tag: the replies owed for jobs from sessions
-    std::unordered_map<uint64_t, RunAhead> run_ahead;  // by the tag of the request's job in the batch (the session's, then each it queued)
+    RunAheadChains<session_actor> run_ahead;  // plain steps chained for sessions (verify_msg::run_ahead)
     uint64_t next_tag = 1;
     StepHold hold;
     std::vector<VerifyOutcome> outcomes;
+    std::vector<VerifyJob> chained;  // the next steps run_ahead chained after a step
     std::vector<uint8_t> continued;  // (outcomes) 1 where the verifier queued the request's next step itself
     std::vector<session_actor> send_to;  // (outcomes) the session of a run-ahead job (null: none)
     std::vector<uint64_t> answered;  // (outcomes not continued) their requests
@@ -52,9 +44,9 @@ struct verifier_state {
             return r;
         };
         for (auto& [tag, w] : promises) w.rp.deliver(stopped());
-        for (auto& [tag, ra] : run_ahead) {
-            if (!promises.count(tag)) caf::anon_send(ra.session, stopped());  // a step it queued itself
-        }
+        run_ahead.for_each([&](uint64_t tag, const session_actor& session) {
+            if (!promises.count(tag)) caf::anon_send(session, stopped());  // a step it queued itself
+        });
     }
 };
 
@@ -100,7 +92,7 @@ verifier_actor::behavior_type verifier_fun(verifier_actor::stateful_pointer<veri
             }
             job.tag = tag;
             s.promises.emplace(job.tag, verifier_state::Waiting{job_request, rp});
-            if (session) s.run_ahead.emplace(job.tag, RunAhead{job_request, std::move(session), m.run_ahead, m.stop_at_eos, m.sampling});
+            if (session) s.run_ahead.begin(job.tag, job_request, std::move(session), m.run_ahead, m.stop_at_eos, m.sampling);
             s.batch->submit(std::move(job));
             if (rt->rendezvous && rt->rendezvous->arrived(Phase::Verify, job_request)) {
                 caf::anon_send(rt->current_drafter(), step_atom::value);  // it may have held for this request
@@ -111,7 +103,7 @@ verifier_actor::behavior_type verifier_fun(verifier_actor::stateful_pointer<veri
         [=](close_atom, uint64_t request) -> bool {
             auto& s = self->state;
             s.batch->close(request);  // drops its queued job
-            std::erase_if(s.run_ahead, [request](const auto& kv) { return kv.second.request == request; });
+            s.run_ahead.close(request);
             for (auto it = s.promises.begin(); it != s.promises.end();) {
                 if (it->second.request != request) {
                     ++it;
@@ -136,29 +128,12 @@ verifier_actor::behavior_type verifier_fun(verifier_actor::stateful_pointer<veri
             s.batch->step(s.outcomes);  // an exception here kills the verifier: its sessions fail, it is restarted
             // Run-ahead: queue the next plain step of each request allowed
             // one before anything goes out, so the next step holds them all.
-            s.continued.assign(s.outcomes.size(), 0);
-            s.send_to.assign(s.outcomes.size(), session_actor{});
             const Tokenizer& tok = rt->target->tokenizer();
-            for (size_t i = 0; i < s.outcomes.size(); ++i) {
-                const VerifyOutcome& o = s.outcomes[i];
-                auto it = s.run_ahead.find(o.tag);
-                if (it == s.run_ahead.end()) continue;
-                RunAhead ra = std::move(it->second);
-                s.run_ahead.erase(it);
-                s.send_to[i] = ra.session;
-                if (!o.ok || ra.steps_left <= 0 || (ra.stop_at_eos && tok.is_end_of_generation(o.next)) || !s.batch->is_open(o.request))
-                    continue;
-                VerifyJob next;
-                next.request = o.request;
-                next.tag = s.next_tag++;
-                next.tokens.push_back(o.next);
-                next.sampling = ra.sampling;
-                next.rng = o.rng;
-                --ra.steps_left;
-                s.run_ahead.emplace(next.tag, std::move(ra));
-                s.batch->submit(std::move(next));
-                s.continued[i] = 1;
-            }
+            s.chained.clear();
+            s.run_ahead.after_step(
+                s.outcomes, [&tok](int32_t token) { return tok.is_end_of_generation(token); },
+                [&s](uint64_t request) { return s.batch->is_open(request); }, s.next_tag, s.chained, s.continued, s.send_to);
+            for (VerifyJob& job : s.chained) s.batch->submit(std::move(job));
             if (rt->rendezvous) {
                 // Before the results go out: their next messages must find
                 // them expected. A request run ahead is not on its way back.
@@ -199,10 +174,7 @@ void watch_verifier(const std::shared_ptr<RuntimeShared>& rt, const verifier_act
 
 void spawn_verifier(const std::shared_ptr<RuntimeShared>& rt) {
     auto v = rt->system->spawn<caf::detached>(verifier_fun, rt);
-    {
-        std::lock_guard<std::mutex> lock(rt->mu);
-        rt->verifier = v;
-    }
+    rt->publish_verifier(v);
     watch_verifier(rt, v);
 }
 

@@ -110,6 +110,52 @@ VerifyOutcome verify_outcome_from_result(const verify_result& r) {
     return o;
 }
 
+VerifyReply verify_reply_from_result(const verify_result& r) {
+    VerifyReply reply;
+    reply.continued = r.continued;
+    if (r.ok) {
+        try {
+            reply.outcome = verify_outcome_from_result(r);
+            return reply;
+        } catch (const Error& e) {
+            reply.outcome.error = std::string("malformed verify result: ") + e.what();
+        }
+    } else {
+        reply.outcome.kv_full = r.kv_full;
+        reply.outcome.error = r.error;
+    }
+    reply.outcome.ok = false;
+    return reply;
+}
+
+done_event done_event_from_core(const std::string& id, const SessionCore& core, double ttft_ms, double total_ms) {
+    done_event d;
+    d.id = id;
+    switch (core.stop_reason()) {
+        case StopReason::Eos: d.finish_reason = "stop"; break;
+        case StopReason::Length: d.finish_reason = "length"; break;
+        case StopReason::ContextFull: d.finish_reason = "context"; break;
+        case StopReason::Cancelled: d.finish_reason = "cancelled"; break;
+        case StopReason::StopSequence: d.finish_reason = "stop"; break;  // as OpenAI: a stop string and EOS read alike
+    }
+    const SpecStats& st = core.stats();
+    d.prompt_tokens = core.n_prompt();
+    d.completion_tokens = static_cast<int32_t>(core.output().size());
+    d.ttft_ms = ttft_ms;
+    d.total_ms = total_ms;
+    d.speculative = core.speculative();
+    d.steps = st.n_steps;
+    d.drafted = st.n_drafted;
+    d.accepted = st.n_accepted;
+    d.draft_steps = st.n_drafts;
+    d.load_capped = st.n_load_capped;
+    d.draft_ms = st.draft_ms;
+    d.verify_ms = st.verify_ms;
+    d.drafted_per_position = st.drafted_per_position;
+    d.accepted_per_position = st.accepted_per_position;
+    return d;
+}
+
 draft_msg draft_msg_from_job(const DraftJob& job, ContextUpdate update, int32_t k, const RngState& rng) {
     draft_msg m;
     m.request = job.request;
@@ -156,6 +202,13 @@ DraftOutcome draft_outcome_from_result(draft_result& r, const RngState& fallback
     }
     o.step_ms = r.step_ms;
     return o;
+}
+
+DraftReply draft_reply_from_result(draft_result& r, const RngState& fallback) {
+    DraftReply reply;
+    reply.resync = r.resync;
+    if (!r.resync) reply.outcome = draft_outcome_from_result(r, fallback);
+    return reply;
 }
 
 }  // namespace specd

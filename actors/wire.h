@@ -5,11 +5,13 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "actors/messages.h"
 #include "engine/batch_drafter.h"
 #include "engine/batch_verifier.h"
+#include "engine/session_protocol.h"
 
 namespace specd {
 
@@ -30,6 +32,15 @@ verify_result verify_result_from_outcome(VerifyOutcome& o, bool continued);
 // check first). specd::Error on a malformed random state.
 VerifyOutcome verify_outcome_from_result(const verify_result& r);
 
+// Session: the verifier's answer as the session protocol takes it. A
+// malformed random state in a result that ran reads as a failed step
+// (ok false, the problem in error), not an exception.
+VerifyReply verify_reply_from_result(const verify_result& r);
+
+// Session → client: the done event of a finished request (finish reason,
+// counts, statistics); `ttft_ms` and `total_ms` are the session's clock's.
+done_event done_event_from_core(const std::string& id, const SessionCore& core, double ttft_ms, double total_ms);
+
 // Session → draft: the context update (only what changed since the last
 // message), `k` tokens wanted and the random state the draft samples with.
 draft_msg draft_msg_from_job(const DraftJob& job, ContextUpdate update, int32_t k, const RngState& rng);
@@ -44,5 +55,6 @@ draft_result draft_result_from_outcome(DraftOutcome& o);
 // Session: the draft the core takes. A malformed reply reads as an empty
 // draft with the acceptance stream unchanged (`fallback`).
 DraftOutcome draft_outcome_from_result(draft_result& r, const RngState& fallback);
+DraftReply draft_reply_from_result(draft_result& r, const RngState& fallback);
 
 }  // namespace specd
