@@ -649,10 +649,13 @@ void q_direct_n(int nr, const unsigned char* W, size_t rb, const PreparedInput& 
 // the same order, chunks as q_buffered's), so every output has the same bits
 // as without AMX; only the 16 x 16 result is transposed before it is stored.
 // Measured on a Sapphire Rapids class Xeon, 2 threads, the 1.1B q8_0 target
-// (specd bench --step-rows, SPECD_AMX=0/1): 16 rows 80-86 ms against 95-97,
-// 32 and 64 rows 2-5 % faster. What is left is the per-block rescale (16
-// scalar fp16 scales and 16 FMAs per block and activation group), not the
-// tile unit; below kAmxMinRows the vpdpbusd chains win.
+// (specd bench --step-rows, SPECD_AMX=0/1, alternating in one run): 16 rows
+// 80-86 ms against 95-97 without AMX, 32 and 64 rows 2-5 % faster; spreading
+// the next tile's prefetch over the block loop then took 16 / 32 / 64 rows
+// from 101-111 / 169-173 / 295 ms to 75-81 / 138 / 274-278 (a busier
+// machine). What is left is the per-block rescale (16 fp16 scales and 16
+// FMAs per block and activation group), not the tile unit; below
+// kAmxMinRows the vpdpbusd chains won.
 
 // Tiles: two blocks in flight, so one block's tile product overlaps the
 // other's store and rescale (one at a time, each block waited ~100 cycles on
@@ -744,7 +747,8 @@ SPECD_INLINE void amx_store(const __m512 F[16], int nv, int nr, float* y, int64_
 __attribute__((target("amx-tile,amx-int8"))) SPECD_INLINE void amx_tile_blocks(const unsigned char* w, size_t rb, int nv,
                                                                                const AmxActs& a, int g, int nr, int64_t b0,
                                                                                int64_t b1, float* y, int64_t ldy,
-                                                                               bool accumulate, int32_t* c) {
+                                                                               bool accumulate, int32_t* c,
+                                                                               const unsigned char* next, int next_rows) {
     __m512 F[16];
     SPECD_UNROLL
     for (int i = 0; i < 16; ++i) F[i] = _mm512_setzero_ps();
@@ -753,6 +757,15 @@ __attribute__((target("amx-tile,amx-int8"))) SPECD_INLINE void amx_tile_blocks(c
     for (; b + 1 < b1; b += 2) {
         const unsigned char* blk0 = w + static_cast<size_t>(b) * sizeof(BlockQ8_0);  // row 0's block b
         const unsigned char* blk1 = blk0 + sizeof(BlockQ8_0);
+        // The next tile's bytes of these two blocks into L2, a few lines per
+        // block pair: spread over the loop, the misses overlap the tile work
+        // (one burst of the whole next tile, as q_direct does, stalled the
+        // core on the full miss queue: a third of the samples at 32 rows).
+        for (int i = 0; i < next_rows; ++i) {
+            const unsigned char* p = next + static_cast<size_t>(i) * rb + static_cast<size_t>(b) * sizeof(BlockQ8_0);
+            _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T1);
+            _mm_prefetch(reinterpret_cast<const char*>(p + 2 * sizeof(BlockQ8_0) - 1), _MM_HINT_T1);
+        }
         _tile_loadd(0, blk0 + 2, stride);
         _tile_loadd(2, a.b_tile(g, b), 64);
         _tile_zero(4);
@@ -768,6 +781,11 @@ __attribute__((target("amx-tile,amx-int8"))) SPECD_INLINE void amx_tile_blocks(c
     }
     if (b < b1) {
         const unsigned char* blk = w + static_cast<size_t>(b) * sizeof(BlockQ8_0);
+        for (int i = 0; i < next_rows; ++i) {
+            const unsigned char* p = next + static_cast<size_t>(i) * rb + static_cast<size_t>(b) * sizeof(BlockQ8_0);
+            _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T1);
+            _mm_prefetch(reinterpret_cast<const char*>(p + sizeof(BlockQ8_0) - 1), _MM_HINT_T1);
+        }
         _tile_loadd(0, blk + 2, stride);
         _tile_loadd(2, a.b_tile(g, b), 64);
         _tile_zero(4);
@@ -789,7 +807,6 @@ __attribute__((target("amx-tile,amx-int8"))) void q8_amx(const unsigned char* W,
     const int64_t chunk = rows <= 16 ? nb : kQChunk;
     const AmxConfig full = amx_config(16);
     _tile_loadconfig(&full);
-    const unsigned char* w_end = W + n1 * rb;
     for (int64_t n = n0; n < n1; n += 16) {
         const int nv = static_cast<int>(std::min<int64_t>(16, n1 - n));
         if (nv < 16) {  // the last tile of weight rows: tiles of nv rows, so no row past n1 is read
@@ -797,17 +814,14 @@ __attribute__((target("amx-tile,amx-int8"))) void q8_amx(const unsigned char* W,
             _tile_loadconfig(&tail);
         }
         const unsigned char* w = W + n * rb;
-        {
-            const unsigned char* pf = w + kQPrefetchBytes;
-            const unsigned char* pf_end = std::min(pf + 16 * rb, w_end);
-            for (; pf < pf_end; pf += 64) _mm_prefetch(reinterpret_cast<const char*>(pf), _MM_HINT_T1);
-        }
+        const unsigned char* next = w + 16 * rb;  // the next tile of weight rows, prefetched while this one runs
+        const int next_rows = static_cast<int>(std::clamp<int64_t>(n1 - (n + 16), 0, 16));
         for (int64_t b0 = 0; b0 < nb; b0 += chunk) {
             const int64_t b1 = std::min(nb, b0 + chunk);
             for (int g = 0; g < acts.groups; ++g) {
                 const int nr = std::min(16, rows - 16 * g);
                 float* yg = y + static_cast<int64_t>(16 * g) * ldy + n;
-                amx_tile_blocks(w, rb, nv, acts, g, nr, b0, b1, yg, ldy, b0 > 0, c);
+                amx_tile_blocks(w, rb, nv, acts, g, nr, b0, b1, yg, ldy, b0 > 0, c, next, g == 0 ? next_rows : 0);
             }
         }
     }
