@@ -78,7 +78,7 @@ void for_segments(int64_t begin, int64_t end, std::initializer_list<int64_t> siz
 }  // namespace
 
 ForwardPass::ForwardPass(const LlamaModel& model, ThreadPool& pool, ForwardOptions options)
-    : model_(model), pool_(pool), options_(options), isa_(best_isa()) {
+    : model_(model), pool_(pool), share_(pool.size()), options_(options), isa_(best_isa()) {
     const LlamaHparams& hp = model.hparams();
     if (options_.max_batch_tokens <= 0 || options_.max_logit_rows <= 0) {
         throw Error("forward: max_batch_tokens and max_logit_rows must be positive");
@@ -266,6 +266,12 @@ int32_t ForwardPass::run(PagedKvCache& kv, std::span<const BatchItem> items) {
     return r;
 }
 
+// Rows per chunk of a shared matmul phase (RangeShare): small enough that
+// the thread that finishes first takes over a fair part of the other's rows,
+// as long as a batch is small (a weight stream); a larger batch keeps the
+// static halves (one chunk), its kernels' setup being per call.
+int64_t ForwardPass::share_chunk(int64_t n) const { return n_rows_ <= kShareMaxRows ? kShareChunkRows : n; }
+
 void ForwardPass::run_layers(int ith, int nth, PagedKvCache& kv) {
     const LlamaHparams& hp = model_.hparams();
     const int64_t dim = hp.dim, qd = hp.q_dim(), kvd = hp.kv_dim(), ffn = hp.ffn_dim, vocab = hp.n_vocab;
@@ -290,8 +296,8 @@ void ForwardPass::run_layers(int ith, int nth, PagedKvCache& kv) {
 
         // q | k | v projections (plus their biases), split over the
         // concatenated output rows.
-        const Range qkv_range = split_range(qkv_ld, ith, nth, kMatmulRowAlign);
-        for_segments(qkv_range.begin, qkv_range.end, {qd, kvd, kvd}, [&](int seg, int64_t b, int64_t e) {
+        share_.share(ith, nth, qkv_ld, kMatmulRowAlign, share_chunk(qkv_ld), [&](int64_t cb, int64_t ce) {
+        for_segments(cb, ce, {qd, kvd, kvd}, [&](int seg, int64_t b, int64_t e) {
             const WeightMatrix& w = seg == 0 ? L.wq : seg == 1 ? L.wk : L.wv;
             const std::vector<float>& bias = seg == 0 ? L.bq : seg == 1 ? L.bk : L.bv;
             const int64_t col0 = seg == 0 ? 0 : seg == 1 ? qd : qd + kvd;
@@ -302,6 +308,7 @@ void ForwardPass::run_layers(int ith, int nth, PagedKvCache& kv) {
                     for (int64_t n = b; n < e; ++n) out[n] += bias[static_cast<size_t>(n)];
                 }
             }
+        });
         });
         pool_.barrier();
 
@@ -334,15 +341,14 @@ void ForwardPass::run_layers(int ith, int nth, PagedKvCache& kv) {
 
         // Output projection and residual add, by output columns; with a
         // post-norm (Gemma) the add waits for whole rows.
-        const Range dim_range = split_range(dim, ith, nth, kMatmulRowAlign);
-        if (dim_range.begin < dim_range.end) {
-            matmul(isa_, L.wo.type, L.wo.data, in_wo_.for_type(L.wo.type), proj_.data(), dim, dim_range.begin, dim_range.end);
+        share_.share(ith, nth, dim, kMatmulRowAlign, share_chunk(dim), [&](int64_t b, int64_t e) {
+            matmul(isa_, L.wo.type, L.wo.data, in_wo_.for_type(L.wo.type), proj_.data(), dim, b, e);
             if (L.post_attn_norm.empty()) {
                 for (int64_t t = 0; t < n_rows_; ++t) {
-                    for (int64_t n = dim_range.begin; n < dim_range.end; ++n) x_[t * dim + n] += proj_[t * dim + n];
+                    for (int64_t n = b; n < e; ++n) x_[t * dim + n] += proj_[t * dim + n];
                 }
             }
-        }
+        });
         pool_.barrier();
         if (!L.post_attn_norm.empty()) add_normed_rows(L.post_attn_norm, rows);
 
@@ -351,8 +357,8 @@ void ForwardPass::run_layers(int ith, int nth, PagedKvCache& kv) {
         pool_.barrier();
 
         // gate and up for the same rows of the hidden layer, then SwiGLU.
-        const Range ffn_range = split_range(ffn, ith, nth, kMatmulRowAlign);
-        if (ffn_range.begin < ffn_range.end) {
+        share_.share(ith, nth, ffn, kMatmulRowAlign, share_chunk(ffn), [&](int64_t fb, int64_t fe) {
+            const Range ffn_range{fb, fe};
             matmul(isa_, L.w_gate.type, L.w_gate.data, in_ffn_.for_type(L.w_gate.type), ffn_.data(), 2 * ffn, ffn_range.begin, ffn_range.end);
             matmul(isa_, L.w_up.type, L.w_up.data, in_ffn_.for_type(L.w_up.type), ffn_.data() + ffn, 2 * ffn, ffn_range.begin, ffn_range.end);
             const bool gelu = hp.family->ffn_activation == FfnActivation::GeluTanh;
@@ -365,20 +371,20 @@ void ForwardPass::run_layers(int ith, int nth, PagedKvCache& kv) {
                     silu_mul_f32(isa_, g + ffn_range.begin, u + ffn_range.begin, ffn_range.end - ffn_range.begin);
                 }
             }
-        }
+        });
         pool_.barrier();
 
         in_down_.prepare_rows(isa_, ffn_.data(), 2 * ffn, static_cast<int>(rows.begin), static_cast<int>(rows.end));
         pool_.barrier();
 
-        if (dim_range.begin < dim_range.end) {
-            matmul(isa_, L.w_down.type, L.w_down.data, in_down_.for_type(L.w_down.type), proj_.data(), dim, dim_range.begin, dim_range.end);
+        share_.share(ith, nth, dim, kMatmulRowAlign, share_chunk(dim), [&](int64_t b, int64_t e) {
+            matmul(isa_, L.w_down.type, L.w_down.data, in_down_.for_type(L.w_down.type), proj_.data(), dim, b, e);
             if (L.post_ffn_norm.empty()) {
                 for (int64_t t = 0; t < n_rows_; ++t) {
-                    for (int64_t n = dim_range.begin; n < dim_range.end; ++n) x_[t * dim + n] += proj_[t * dim + n];
+                    for (int64_t n = b; n < e; ++n) x_[t * dim + n] += proj_[t * dim + n];
                 }
             }
-        }
+        });
         pool_.barrier();
         if (!L.post_ffn_norm.empty()) {
             add_normed_rows(L.post_ffn_norm, rows);
@@ -400,16 +406,17 @@ void ForwardPass::run_layers(int ith, int nth, PagedKvCache& kv) {
     const int64_t n_cols = head ? static_cast<int64_t>(head_ids_.size()) : vocab;
     const void* cls_rows = head ? static_cast<const void*>(head_rows_.data()) : cls.data;
     float* out = head ? head_logits_.data() : logits_.data();
-    const Range vocab_range = split_range(n_cols, ith, nth, kMatmulRowAlign);
-    if (vocab_range.begin < vocab_range.end) {
-        matmul(isa_, cls.type, cls_rows, in_cls_.for_type(cls.type), out, n_cols, vocab_range.begin, vocab_range.end);
+    share_.share(ith, nth, n_cols, kMatmulRowAlign, share_chunk(n_cols), [&](int64_t b, int64_t e) {
+        matmul(isa_, cls.type, cls_rows, in_cls_.for_type(cls.type), out, n_cols, b, e);
         if (const float cap = hp.final_logit_softcap; cap > 0.0f) {
             for (int64_t o = 0; o < n_out_; ++o) {
-                for (int64_t n = vocab_range.begin; n < vocab_range.end; ++n) out[o * n_cols + n] = cap * std::tanh(out[o * n_cols + n] / cap);
+                for (int64_t n = b; n < e; ++n) out[o * n_cols + n] = cap * std::tanh(out[o * n_cols + n] / cap);
             }
         }
-    }
+    });
+    const Range vocab_range = split_range(n_cols, ith, nth, kMatmulRowAlign);
     if (want_argmax_) {
+        pool_.barrier();  // another thread may have computed some of this thread's range
         // As the sampler's greedy pick: NaN never compares greater and -inf
         // never beats the start, so both are skipped; +inf counts as
         // FLT_MAX; ties keep the lowest id (head_ids_ ascend).

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <stdexcept>
 #include <string>
 
 #if defined(__linux__)
@@ -221,6 +222,49 @@ Range split_range(int64_t n, int ith, int nth, int64_t align) {
     const int64_t ubegin = ith * per + std::min<int64_t>(ith, extra);
     const int64_t uend = ubegin + per + (ith < extra ? 1 : 0);
     return {std::min(n, ubegin * align), std::min(n, uend * align)};
+}
+
+RangeShare::RangeShare(int n_threads) : n_threads_(std::max(1, n_threads)), slots_(2 * static_cast<size_t>(n_threads_)) {}
+
+RangeShare::Slot* RangeShare::begin_phase(int ith, int nth, int64_t n, int64_t align) {
+    if (nth > n_threads_ || n > int64_t{UINT32_MAX}) throw std::logic_error("RangeShare: more threads or items than built for");
+    Slot& own = slots_[static_cast<size_t>(ith)];
+    const int parity = own.phase++ & 1;
+    Slot* set = &slots_[static_cast<size_t>(parity * n_threads_)];
+    // A thread that reads this slot before the store sees the slot as the
+    // phase two back left it: all taken (lo >= hi), so it takes nothing.
+    const Range r = split_range(n, ith, nth, align);
+    set[ith].lohi.store(static_cast<uint64_t>(r.begin) | static_cast<uint64_t>(r.end) << 32, std::memory_order_release);
+    return set;
+}
+
+bool RangeShare::claim_front(Slot& s, int64_t chunk, Range& r) {
+    uint64_t v = s.lohi.load(std::memory_order_acquire);
+    for (;;) {
+        const int64_t lo = static_cast<int64_t>(v & UINT32_MAX), hi = static_cast<int64_t>(v >> 32);
+        if (lo >= hi) return false;
+        const int64_t to = std::min(hi, lo + chunk);
+        if (s.lohi.compare_exchange_weak(v, static_cast<uint64_t>(to) | static_cast<uint64_t>(hi) << 32,
+                                         std::memory_order_acq_rel, std::memory_order_acquire)) {
+            r = {lo, to};
+            return true;
+        }
+    }
+}
+
+bool RangeShare::claim_back(Slot& s, int64_t chunk, int64_t align, Range& r) {
+    uint64_t v = s.lohi.load(std::memory_order_acquire);
+    for (;;) {
+        const int64_t lo = static_cast<int64_t>(v & UINT32_MAX), hi = static_cast<int64_t>(v >> 32);
+        if (lo >= hi) return false;
+        // Chunk starts stay multiples of align (whole register tiles).
+        const int64_t from = std::max(lo, (hi - chunk) / align * align);
+        if (s.lohi.compare_exchange_weak(v, static_cast<uint64_t>(lo) | static_cast<uint64_t>(from) << 32,
+                                         std::memory_order_acq_rel, std::memory_order_acquire)) {
+            r = {from, hi};
+            return true;
+        }
+    }
 }
 
 }  // namespace specd

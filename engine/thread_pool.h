@@ -111,4 +111,45 @@ struct Range {
 };
 Range split_range(int64_t n, int ith, int nth, int64_t align = 1);
 
+// Work sharing of n items (a matmul's output rows) between the threads of a
+// job: each thread starts on its split_range share and takes it `chunk`
+// items at a time from the front; a thread done with its own share then
+// takes chunks from the back of the others'. Every thread streams its own
+// share front to back as before, and a thread slowed down (another
+// process, a busier memory channel) no longer holds the others at the next
+// barrier. Every thread of the job calls share() for the same phases in the
+// same order; consecutive calls must be separated by a barrier. Which thread
+// computes an item never changes the item's value (kernels compute each
+// output row alone).
+class RangeShare {
+public:
+    explicit RangeShare(int n_threads);
+
+    template <class Fn>
+    void share(int ith, int nth, int64_t n, int64_t align, int64_t chunk, Fn&& fn) {
+        Slot* set = begin_phase(ith, nth, n, align);
+        Range r;
+        while (claim_front(set[ith], chunk, r)) fn(r.begin, r.end);
+        for (int k = 1; k < nth; ++k) {
+            Slot& other = set[(ith + k) % nth];
+            while (claim_back(other, chunk, align, r)) fn(r.begin, r.end);
+        }
+    }
+
+private:
+    // lo | hi << 32 of the items not yet taken from one thread's share.
+    struct alignas(64) Slot {
+        std::atomic<uint64_t> lohi{0};
+        int phase = 0;  // this thread's count of phases (only it touches it)
+    };
+    Slot* begin_phase(int ith, int nth, int64_t n, int64_t align);
+    static bool claim_front(Slot& s, int64_t chunk, Range& r);
+    static bool claim_back(Slot& s, int64_t chunk, int64_t align, Range& r);
+
+    int n_threads_;
+    // Two phases' slots, alternating, so that a phase's shares are set up
+    // while a late thread may still read the previous phase's (all taken).
+    std::vector<Slot> slots_;
+};
+
 }  // namespace specd

@@ -332,6 +332,41 @@ TEST_CASE("matmul: AMX products of q8_0 weights give the AVX-512 path's bits exa
     }
 }
 
+TEST_CASE("matmul, q8_0 and q4_0: a row's outputs have the same bits alone, in any batch and over any N range", "[kernels]") {
+    // Speculative decoding's greedy output equals plain decoding only if the
+    // one-row path (a weight stream, its own prefetching) and the batch paths
+    // agree exactly; and RangeShare hands out N in chunks of any bounds.
+    // Up to 16 rows: beyond, q_buffered (and AMX, which keeps its bits) sums
+    // K in chunks of kQChunk blocks and adds the chunks' sums, so its bits
+    // differ from the one-row chain once K exceeds 32 blocks.
+    const int64_t N = 67, ldy = N + 3;
+    for (Isa isa : simd_isas()) {
+        for (TensorType type : {TensorType::Q8_0, TensorType::Q4_0}) {
+            for (int64_t K : {int64_t{96}, int64_t{32 * 37}}) {
+                const int64_t ldx = K + 5;
+                const Weights w = make_weights(type, N, K, 77 + static_cast<uint32_t>(K));
+                for (int rows : {2, 5, 9, 15, 16}) {
+                    INFO("isa " << isa_name(isa) << " " << tensor_type_name(type) << " K " << K << " rows " << rows);
+                    const std::vector<float> x = make_x(rows, K, ldx, 300 + static_cast<uint32_t>(rows));
+                    PreparedInput batch;
+                    prepare(batch, isa, type, x, rows, K, ldx);
+                    const std::vector<float> yb = run_matmul(isa, w, batch, ldy, 0, N);
+                    for (int r = 0; r < rows; r += 3) {
+                        const std::vector<float> xr(x.begin() + r * ldx, x.begin() + (r + 1) * ldx);
+                        PreparedInput one;
+                        prepare(one, isa, type, xr, 1, K, ldx);
+                        std::vector<float> y1(static_cast<size_t>(ldy), kSentinel);
+                        for (auto [n0, n1] : {std::pair<int64_t, int64_t>{0, 16}, {16, 48}, {48, 50}, {50, N}}) {
+                            matmul(isa, type, w.ptr(), one, y1.data(), ldy, n0, n1);
+                        }
+                        REQUIRE(std::memcmp(y1.data(), &yb[static_cast<size_t>(r * ldy)], static_cast<size_t>(N) * sizeof(float)) == 0);
+                    }
+                }
+            }
+        }
+    }
+}
+
 TEST_CASE("prepared q8_0 activations are bit-identical on every ISA", "[kernels]") {
     for (TensorType type : {TensorType::Q8_0, TensorType::Q4_0}) {
         const int rows = 7;

@@ -35,6 +35,46 @@ TEST_CASE("split_range covers [0, n) exactly once with aligned interior boundari
     }
 }
 
+TEST_CASE("RangeShare: every item is taken exactly once per phase, and a held-up thread's share is taken over", "[pool]") {
+    auto wait_for = [](const std::atomic<int>& v, int value) {
+        while (v.load() < value) std::this_thread::yield();
+    };
+    for (int threads : {1, 2, 3}) {
+        ThreadPool pool(threads);
+        RangeShare share(threads);
+        for (int64_t n : {int64_t{0}, int64_t{5}, int64_t{67}, int64_t{1000}}) {
+            constexpr int kPhases = 6;
+            std::vector<std::atomic<int>> taken(static_cast<size_t>(n));
+            std::atomic<int> started[kPhases] = {}, others_done[kPhases] = {}, held_items{0};
+            // On even phases with n = 1000, thread 0 holds on to its first
+            // chunk until the others are done: they must take the rest of its share.
+            const auto held = [&](int phase, int nth) { return n == 1000 && nth > 1 && phase % 2 == 0; };
+            pool.run([&](int ith, int nth) {
+                for (int phase = 0; phase < kPhases; ++phase) {
+                    share.share(ith, nth, n, 16, 16, [&](int64_t b, int64_t e) {
+                        CHECK(b < e);
+                        CHECK(b % 16 == 0);
+                        for (int64_t i = b; i < e; ++i) taken[static_cast<size_t>(i)].fetch_add(1);
+                        if (!held(phase, nth)) return;
+                        if (ith == 0) {
+                            held_items.fetch_add(static_cast<int>(e - b));
+                            started[phase].store(1);
+                            wait_for(others_done[phase], nth - 1);
+                        } else {
+                            wait_for(started[phase], 1);  // thread 0's share is set up
+                        }
+                    });
+                    if (ith != 0) others_done[phase].fetch_add(1);
+                    pool.barrier();
+                }
+            });
+            INFO("threads " << threads << " n " << n);
+            for (int64_t i = 0; i < n; ++i) REQUIRE(taken[static_cast<size_t>(i)].load() == kPhases);
+            if (held(0, threads)) CHECK(held_items.load() == 16 * kPhases / 2);
+        }
+    }
+}
+
 TEST_CASE("thread pool runs the job on every thread, repeatedly", "[pool]") {
     ThreadPool pool(3);
     std::vector<std::atomic<int>> hits(3);
