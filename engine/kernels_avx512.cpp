@@ -591,11 +591,17 @@ constexpr int kQChunk = 32;  // blocks per transposed chunk: 32 * 9 zmm = 18 KiB
 template <int NR>
 void q_chunk_rows(const QTile* tiles, int64_t b0, int64_t nbc, const PreparedInput& x, int t0, float* y, int64_t ldy,
                   __mmask16 m) {
+    // After the first chunk, the sums so far come back from y and the FMA
+    // chain goes on from them: the same operations in the same order as
+    // q_direct's one chain over all blocks, so a row has the same bits in a
+    // batch of any size (adding each chunk's own sum to y did not: greedy
+    // verification of more than 16 rows could differ from plain decoding
+    // once K passed kQChunk blocks).
     __m512 F[NR];
     SPECD_UNROLL
-    for (int r = 0; r < NR; ++r) F[r] = _mm512_setzero_ps();
+    for (int r = 0; r < NR; ++r) F[r] = b0 > 0 ? _mm512_maskz_loadu_ps(m, y + (t0 + r) * ldy) : _mm512_setzero_ps();
     for (int64_t b = 0; b < nbc; ++b) q_block_rows<NR>(tiles[b], x, b0 + b, t0, F);
-    store_rows<NR>(F, y, ldy, t0, m, b0 > 0);
+    store_rows<NR>(F, y, ldy, t0, m, false);
 }
 
 template <int MAXR>
@@ -735,18 +741,25 @@ SPECD_INLINE void amx_scale_rows(const int32_t* c, const unsigned char* w_scales
     }
 }
 
-// y[r][n + i] = F[i] lane r (or += when accumulating), r < nr, i < nv.
-SPECD_INLINE void amx_store(const __m512 F[16], int nv, int nr, float* y, int64_t ldy, bool accumulate) {
+// y[r][n + i] = F[i] lane r, r < nr, i < nv.
+SPECD_INLINE void amx_store(const __m512 F[16], int nv, int nr, float* y, int64_t ldy) {
     alignas(64) float t[16 * 16];  // (16 weight rows, 16 activation rows)
     for (int i = 0; i < 16; ++i) _mm512_store_ps(t + 16 * i, F[i]);
     const __m512i column = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(16));
     const __mmask16 m = tail_mask(nv);
     for (int r = 0; r < nr; ++r) {
-        __m512 v = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, column, t + r, 4);
-        float* out = y + r * ldy;
-        if (accumulate) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, out));
-        _mm512_mask_storeu_ps(out, m, v);
+        const __m512 v = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, column, t + r, 4);
+        _mm512_mask_storeu_ps(y + r * ldy, m, v);
     }
+}
+
+// The inverse: F[i] lane r = y[r][n + i] (zero where r >= nr or i >= nv).
+SPECD_INLINE void amx_load(__m512 F[16], int nv, int nr, const float* y, int64_t ldy) {
+    alignas(64) float t[16 * 16] = {};  // (16 activation rows, 16 weight rows)
+    const __mmask16 m = tail_mask(nv);
+    for (int r = 0; r < nr; ++r) _mm512_store_ps(t + 16 * r, _mm512_maskz_loadu_ps(m, y + r * ldy));
+    const __m512i column = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(16));
+    for (int i = 0; i < 16; ++i) F[i] = _mm512_i32gather_ps(column, t + i, 4);
 }
 
 // Weight rows n .. n + nv against activation group g, blocks [b0, b1):
@@ -756,9 +769,15 @@ __attribute__((target("amx-tile,amx-int8"))) SPECD_INLINE void amx_tile_blocks(c
                                                                                int64_t b1, float* y, int64_t ldy,
                                                                                bool accumulate, int32_t* c,
                                                                                const unsigned char* next, int next_rows) {
+    // F[i] lane r: weight row n + i against activation row r. After the
+    // first chunk it continues from the sums so far in y (as q_chunk_rows).
     __m512 F[16];
-    SPECD_UNROLL
-    for (int i = 0; i < 16; ++i) F[i] = _mm512_setzero_ps();
+    if (accumulate) {
+        amx_load(F, nv, nr, y, ldy);
+    } else {
+        SPECD_UNROLL
+        for (int i = 0; i < 16; ++i) F[i] = _mm512_setzero_ps();
+    }
     const long stride = static_cast<long>(rb);
     int64_t b = b0;
     for (; b + 1 < b1; b += 2) {
@@ -800,7 +819,7 @@ __attribute__((target("amx-tile,amx-int8"))) SPECD_INLINE void amx_tile_blocks(c
         _tile_stored(4, c, 64);
         amx_scale_rows(c, blk, rb, nv, a.d_at(g, b), F);
     }
-    amx_store(F, nv, nr, y, ldy, accumulate);
+    amx_store(F, nv, nr, y, ldy);
 }
 
 __attribute__((target("amx-tile,amx-int8"))) void q8_amx(const unsigned char* W, size_t rb, const PreparedInput& x, float* y,

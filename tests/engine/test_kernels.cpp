@@ -332,20 +332,19 @@ TEST_CASE("matmul: AMX products of q8_0 weights give the AVX-512 path's bits exa
     }
 }
 
-TEST_CASE("matmul, q8_0 and q4_0: a row's outputs have the same bits alone, in any batch and over any N range", "[kernels]") {
+TEST_CASE("matmul, q8_0 and q4_0: a row's outputs have the same bits alone, in any batch (1 to 40 rows, K past one chunk) and over any N range", "[kernels]") {
     // Speculative decoding's greedy output equals plain decoding only if the
     // one-row path (a weight stream, its own prefetching) and the batch paths
     // agree exactly; and RangeShare hands out N in chunks of any bounds.
-    // Up to 16 rows: beyond, q_buffered (and AMX, which keeps its bits) sums
-    // K in chunks of kQChunk blocks and adds the chunks' sums, so its bits
-    // differ from the one-row chain once K exceeds 32 blocks.
+    // Past 16 rows the batch paths (q_buffered, AMX) walk K in chunks of 32
+    // blocks; K = 37 blocks has two, and the rows must still match.
     const int64_t N = 67, ldy = N + 3;
     for (Isa isa : simd_isas()) {
         for (TensorType type : {TensorType::Q8_0, TensorType::Q4_0}) {
             for (int64_t K : {int64_t{96}, int64_t{32 * 37}}) {
                 const int64_t ldx = K + 5;
                 const Weights w = make_weights(type, N, K, 77 + static_cast<uint32_t>(K));
-                for (int rows : {2, 5, 9, 15, 16}) {
+                for (int rows : {2, 5, 9, 15, 16, 17, 31, 33, 40}) {
                     INFO("isa " << isa_name(isa) << " " << tensor_type_name(type) << " K " << K << " rows " << rows);
                     const std::vector<float> x = make_x(rows, K, ldx, 300 + static_cast<uint32_t>(rows));
                     PreparedInput batch;
