@@ -186,9 +186,13 @@ struct node_hello {
 // ----------------------------------------------------------- inspect ---
 
 template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, LogitBias& x) {
+    return f(caf::meta::type_name("specd::LogitBias"), x.token, x.bias);
+}
+template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, SamplingParams& x) {
     return f(caf::meta::type_name("specd::SamplingParams"), x.temperature, x.top_k, x.top_p, x.min_p, x.repeat_penalty,
-             x.repeat_last_n, x.seed);
+             x.repeat_last_n, x.presence_penalty, x.frequency_penalty, x.penalty_window, x.n_prompt, x.logit_bias, x.seed);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, generate_request& x) {

@@ -144,7 +144,7 @@ void BatchDrafter::model_draft(std::span<const DraftJob> jobs, std::vector<Draft
             tokens += take;
         }
         if (items_.empty()) break;
-        // All greedy, no penalty, no p_min (which needs the top probability):
+        // All greedy, no logit transform, no p_min (which needs the top probability):
         // only the argmax per row is needed; a backend with the capability
         // (a GPU) then copies items_.size() ints instead of the logits.
         bool all_greedy = true;

@@ -112,8 +112,8 @@ public:
     int64_t greedy_steps() const { return greedy_steps_; }
 
     // Whether a job's next tokens are the plain argmax of the target's
-    // logits: greedy sampling without a repetition penalty (a penalty moves
-    // the argmax, and only the host sees the whole row).
+    // logits: greedy sampling without a logit transform (a penalty or a
+    // logit_bias moves the argmax, and only the host sees the whole row).
     static bool argmax_suffices(const SamplingParams& sampling) { return sampling.plain_argmax(); }
 
 private:

@@ -48,7 +48,10 @@ PlainDecoder::PlainDecoder(ForwardBackend& fwd, PagedKvCache& kv) : fwd_(fwd), k
 
 GenerationResult PlainDecoder::generate(std::span<const int32_t> prompt, const GenerationParams& params,
                                         const TokenCallback& on_token) {
-    params.sampling.validate();
+    // The penalties' output window starts after the prompt; logit_bias ids must be the target's.
+    SamplingParams sampling = params.sampling;
+    sampling.n_prompt = static_cast<int32_t>(prompt.size());
+    sampling.validate_for(fwd_.n_vocab());
     if (params.max_tokens < 0) throw Error("max_tokens must be >= 0, got " + std::to_string(params.max_tokens));
     const int32_t n_ctx = kv_.shape().max_seq_len;
     check_prompt_fits(prompt.size(), n_ctx);
@@ -64,7 +67,7 @@ GenerationResult PlainDecoder::generate(std::span<const int32_t> prompt, const G
         ~SeqGuard() { kv.free_sequence(seq); }
     } guard{kv_, seq};
 
-    Sampler sampler(params.sampling, fwd_.n_vocab());
+    Sampler sampler(sampling, fwd_.n_vocab());
     Rng rng(params.sampling.seed);
     const Tokenizer& tok = fwd_.model().tokenizer();
 

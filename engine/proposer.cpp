@@ -163,12 +163,10 @@ void DraftModelProposer::propose(const ProposeRequest& request, Draft& out) {
     out.clear();
     if (seq_ < 0) throw Error("draft proposer: propose() before begin()");
     const SamplingParams& sp = *request.sampling;
-    if (!sampler_ || sampler_params_.temperature != sp.temperature || sampler_params_.top_k != sp.top_k ||
-        sampler_params_.top_p != sp.top_p || sampler_params_.min_p != sp.min_p ||
-        sampler_params_.repeat_penalty != sp.repeat_penalty || sampler_params_.repeat_last_n != sp.repeat_last_n) {
-        sampler_ = std::make_unique<Sampler>(sp, vocab_.limit);  // reads only the ids the target has
-        sampler_params_ = sp;
-    }
+    // The request's own transforms (penalties over the drafted tokens too,
+    // logit_bias), so the draft proposes what the target will keep.
+    if (!sampler_) sampler_ = std::make_unique<Sampler>(sp, vocab_.limit);  // reads only the ids the target has
+    else sampler_->set_params(sp);
     rollback_to(request.context);
     const int32_t room = kv_->shape().max_seq_len - static_cast<int32_t>(request.context.size());
     const int32_t k = std::min(request.k, room);
@@ -178,7 +176,7 @@ void DraftModelProposer::propose(const ProposeRequest& request, Draft& out) {
     BatchItem item;
     item.seq = seq_;
     item.tokens = std::span<const int32_t>(history_).subspan(cached_.size());
-    // Greedy without penalty or p_min needs only the argmax: a backend with
+    // Greedy without a logit transform or p_min needs only the argmax: a backend with
     // forward_greedy (a GPU) then returns one int instead of the logits; not
     // when the draft has ids the target lacks (its argmax may be one).
     const bool argmax_only = sp.plain_argmax() && !(request.p_min > 0.0f) && !vocab_.masks();

@@ -134,8 +134,7 @@ private:
     std::vector<int32_t> cached_;         // tokens in the draft KV sequence, in order
     std::vector<int32_t> history_;        // context + drafted tokens as the draft sees them (vocab_.input), fed and penalised
     std::vector<TokenProb> dist_;         // scratch distribution
-    std::unique_ptr<Sampler> sampler_;    // per request, same params as the target
-    SamplingParams sampler_params_;
+    std::unique_ptr<Sampler> sampler_;    // same params as the target's, switched per proposal
 };
 
 }  // namespace specd

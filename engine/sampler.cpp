@@ -19,7 +19,7 @@ std::string number(double v) {
     return buf;
 }
 
-[[noreturn]] void out_of_range(const char* field, const std::string& value, const char* allowed) {
+[[noreturn]] void out_of_range(const char* field, const std::string& value, const std::string& allowed) {
     throw Error(std::string("sampling: ") + field + " = " + value + " is out of range; allowed: " + allowed);
 }
 
@@ -50,6 +50,31 @@ void SamplingParams::validate() const {
     }
     if (repeat_last_n < -1) {
         out_of_range("repeat_last_n", std::to_string(repeat_last_n), ">= -1 (0: off, -1: the whole history)");
+    }
+    if (!std::isfinite(presence_penalty)) out_of_range("presence_penalty", number(presence_penalty), "a finite number (0: off)");
+    if (!std::isfinite(frequency_penalty)) out_of_range("frequency_penalty", number(frequency_penalty), "a finite number (0: off)");
+    if (penalty_window != PenaltyWindow::Output && penalty_window != PenaltyWindow::LastN) {
+        out_of_range("penalty_window", std::to_string(static_cast<int>(penalty_window)), "0 (the output) or 1 (the last repeat_last_n tokens)");
+    }
+    if (n_prompt < 0) out_of_range("n_prompt", std::to_string(n_prompt), ">= 0");
+    if (logit_bias.size() > kMaxLogitBias) {
+        out_of_range("logit_bias", std::to_string(logit_bias.size()) + " entries", "at most " + std::to_string(kMaxLogitBias) + " entries");
+    }
+    for (const LogitBias& b : logit_bias) {
+        if (b.token < 0) out_of_range("logit_bias", "token " + std::to_string(b.token), "token ids >= 0");
+        if (!(b.bias >= -100.0f && b.bias <= 100.0f) && b.bias != -INFINITY) {
+            out_of_range("logit_bias", "bias " + number(b.bias) + " for token " + std::to_string(b.token), "[-100, 100], or -inf (never)");
+        }
+    }
+}
+
+void SamplingParams::validate_for(int32_t n_vocab) const {
+    validate();
+    for (const LogitBias& b : logit_bias) {
+        if (b.token >= n_vocab) {
+            out_of_range("logit_bias", "token " + std::to_string(b.token),
+                         "token ids of this vocabulary (0 to " + std::to_string(n_vocab - 1) + ")");
+        }
     }
 }
 
@@ -114,8 +139,10 @@ Sampler::Sampler(const SamplingParams& params, int32_t n_vocab) : params_(params
     params_.validate();
     if (n_vocab <= 0) throw Error("sampler: n_vocab must be > 0, got " + std::to_string(n_vocab));
     candidates_.resize(static_cast<size_t>(n_vocab));
-    penalised_.resize(static_cast<size_t>(n_vocab));
+    transformed_.resize(static_cast<size_t>(n_vocab));
     seen_mark_.assign(static_cast<size_t>(n_vocab), 0);
+    counts_.assign(static_cast<size_t>(n_vocab), 0);
+    counted_.reserve(static_cast<size_t>(n_vocab));
 }
 
 void Sampler::set_params(const SamplingParams& params) {
@@ -123,30 +150,72 @@ void Sampler::set_params(const SamplingParams& params) {
     params_ = params;
 }
 
-// Writes the penalised logits of the history's distinct tokens into
-// penalised_ (a copy of logits); returns whether the penalty applies at all.
-bool Sampler::apply_penalty(const float* logits, std::span<const int32_t> history) {
-    if (params_.repeat_penalty == 1.0f || params_.repeat_last_n == 0 || history.empty()) return false;
-    if (params_.repeat_last_n > 0 && history.size() > static_cast<size_t>(params_.repeat_last_n)) {
-        history = history.last(static_cast<size_t>(params_.repeat_last_n));
+void Sampler::check_history_token(int32_t token) const {
+    if (token < 0 || token >= n_vocab_) {
+        throw Error("sampler: history token " + std::to_string(token) + " is out of range (n_vocab " + std::to_string(n_vocab_) + ")");
     }
-    if (++mark_ == 0) {  // wrapped: old marks could collide
-        std::fill(seen_mark_.begin(), seen_mark_.end(), 0);
-        mark_ = 1;
+}
+
+// In llama.cpp's order: the logit_bias sampler comes first in its chain,
+// then one penalties sampler that divides (or multiplies) by repeat_penalty
+// and then subtracts count * frequency + presence, token by token.
+bool Sampler::apply_transforms(const float* logits, std::span<const int32_t> history) {
+    const SamplingParams& p = params_;
+    // llama.cpp: repeat_last_n 0 turns its whole penalties sampler off, so
+    // it also empties the LastN window of the counted penalties.
+    std::span<const int32_t> last_n = history;
+    if (p.repeat_last_n == 0) {
+        last_n = {};
+    } else if (p.repeat_last_n > 0 && history.size() > static_cast<size_t>(p.repeat_last_n)) {
+        last_n = history.last(static_cast<size_t>(p.repeat_last_n));
     }
-    std::copy(logits, logits + n_vocab_, penalised_.begin());
-    const float penalty = params_.repeat_penalty;
-    for (const int32_t token : history) {
-        if (token < 0 || token >= n_vocab_) {
-            throw Error("sampler: history token " + std::to_string(token) + " is out of range (n_vocab " +
-                        std::to_string(n_vocab_) + ")");
+    const bool repeat = p.repeat_penalty != 1.0f && !last_n.empty();
+    const bool counting = p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
+    std::span<const int32_t> counted;
+    if (counting) {
+        counted = p.penalty_window == PenaltyWindow::LastN
+                      ? last_n
+                      : history.subspan(std::min(history.size(), static_cast<size_t>(std::max(p.n_prompt, 0))));
+    }
+    if (!repeat && counted.empty() && p.logit_bias.empty()) return false;
+
+    std::copy(logits, logits + n_vocab_, transformed_.begin());
+    for (const LogitBias& b : p.logit_bias) {
+        // Ids past this sampler's vocabulary belong to a wider target's (a
+        // draft's sampler reads only the ids it has); a request's ids were
+        // checked against the target's by validate_for.
+        if (b.token >= n_vocab_) continue;
+        float& logit = transformed_[static_cast<size_t>(b.token)];
+        logit = finite_above(sanitized(logit) + b.bias);
+    }
+    if (repeat) {
+        if (++mark_ == 0) {  // wrapped: old marks could collide
+            std::fill(seen_mark_.begin(), seen_mark_.end(), 0);
+            mark_ = 1;
         }
-        uint32_t& seen = seen_mark_[static_cast<size_t>(token)];
-        if (seen == mark_) continue;  // once per distinct token, however often it occurred
-        seen = mark_;
-        float& logit = penalised_[static_cast<size_t>(token)];
-        logit = sanitized(logit);
-        logit = finite_above(logit > 0.0f ? logit / penalty : logit * penalty);
+        const float penalty = p.repeat_penalty;
+        for (const int32_t token : last_n) {
+            check_history_token(token);
+            uint32_t& seen = seen_mark_[static_cast<size_t>(token)];
+            if (seen == mark_) continue;  // once per distinct token, however often it occurred
+            seen = mark_;
+            float& logit = transformed_[static_cast<size_t>(token)];
+            logit = sanitized(logit);
+            logit = finite_above(logit > 0.0f ? logit / penalty : logit * penalty);
+        }
+    }
+    if (!counted.empty()) {
+        for (const int32_t token : counted) {
+            check_history_token(token);
+            if (counts_[static_cast<size_t>(token)]++ == 0) counted_.push_back(token);
+        }
+        for (const int32_t token : counted_) {
+            uint32_t& count = counts_[static_cast<size_t>(token)];
+            float& logit = transformed_[static_cast<size_t>(token)];
+            logit = finite_above(sanitized(logit) - (static_cast<float>(count) * p.frequency_penalty + p.presence_penalty));
+            count = 0;
+        }
+        counted_.clear();
     }
     return true;
 }
@@ -173,7 +242,7 @@ size_t Sampler::top_p_filter(size_t n) {
 }
 
 size_t Sampler::prepare(const float* logits, std::span<const int32_t> history) {
-    const float* source = apply_penalty(logits, history) ? penalised_.data() : logits;
+    const float* source = apply_transforms(logits, history) ? transformed_.data() : logits;
     Candidate* c = candidates_.data();
     const auto n_vocab = static_cast<size_t>(n_vocab_);
     const auto no_valid_logit = [] { return Error("sampler: every logit is -inf or NaN"); };

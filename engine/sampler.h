@@ -1,5 +1,6 @@
-// Token sampling as llama.cpp's default chain: repetition penalty → top-k →
-// top-p → min-p → temperature → softmax → draw. distribution() exposes the
+// Token sampling as llama.cpp's default chain: logit bias → penalties
+// (repetition, then frequency and presence) → top-k → top-p → min-p →
+// temperature → softmax → draw. distribution() exposes the
 // exact distribution sample() draws from, for the speculative verifier.
 #pragma once
 
@@ -9,21 +10,62 @@
 
 namespace specd {
 
+// One logit_bias entry: `bias` is added to the logit of `token` before any
+// other transform; -inf (llama-server's `false`) means never this token.
+struct LogitBias {
+    int32_t token = 0;
+    float bias = 0.0f;
+};
+
+// The most logit_bias entries a request may give (OpenAI documents none;
+// its API refuses more than 300).
+inline constexpr size_t kMaxLogitBias = 300;
+
+// Which tokens presence_penalty and frequency_penalty count. The two APIs
+// disagree: OpenAI counts "how often the token was sampled prior to the
+// current position" (the output only, all of it); llama.cpp's penalties
+// sampler counts the last repeat_last_n tokens of prompt + output, the same
+// window as its repetition penalty.
+enum class PenaltyWindow : int8_t {
+    Output = 0,  // OpenAI: every generated token, none of the prompt
+    LastN = 1,   // llama-server: the last repeat_last_n tokens of prompt + output (0: off, -1: all)
+};
+
 struct SamplingParams {              // defaults as llama.cpp's
-    float temperature = 0.8f;        // <= 0: greedy (argmax of the penalised logits)
+    float temperature = 0.8f;        // <= 0: greedy (argmax of the transformed logits)
     int32_t top_k = 40;              // <= 0: off
     float top_p = 0.95f;             // in [0, 1]; 1: off
     float min_p = 0.05f;             // in [0, 1]; 0: off
     float repeat_penalty = 1.0f;     // > 0; 1: off. A repeated token's logit l becomes l / penalty if l > 0, else l * penalty
     int32_t repeat_last_n = 64;      // tokens of history penalised; 0: off, -1: all of it
     uint64_t seed = 0xFFFFFFFF;      // LLAMA_DEFAULT_SEED: a random seed from std::random_device
+    // Fields after the seed, so that positional initialisers keep their meaning.
+    float presence_penalty = 0.0f;   // finite; 0: off. Subtracted once from the logit of every counted token
+    float frequency_penalty = 0.0f;  // finite; 0: off. Subtracted once per occurrence of a counted token
+    PenaltyWindow penalty_window = PenaltyWindow::Output;  // which tokens those two count
+    // history[0, n_prompt) is the prompt, which PenaltyWindow::Output does
+    // not count. Not a client's setting: the decoders (PlainDecoder,
+    // SpeculativeDecoder, SessionCore) set it from the prompt they start
+    // with, so it travels with the parameters to every sampler of the
+    // request (target rows, draft rows) without a second channel.
+    int32_t n_prompt = 0;
+    std::vector<LogitBias> logit_bias;  // <= kMaxLogitBias entries, added in order (repeated ids add up)
     // specd::Error naming the field, the value and the allowed range.
     void validate() const;
+    // validate(), and every logit_bias id inside a vocabulary of n_vocab
+    // (where a request starts; a draft's sampler skips ids past its own,
+    // narrower, vocabulary instead).
+    void validate_for(int32_t n_vocab) const;
     bool greedy() const { return temperature <= 0.0f; }
-    // Greedy with nothing that changes the logits first (no repetition
-    // penalty): the token is the plain argmax of the logits, so a backend
-    // may return only that (ForwardBackend::forward_greedy).
-    bool plain_argmax() const { return greedy() && (repeat_penalty == 1.0f || repeat_last_n == 0); }
+    // Something changes the logits before the filters: a penalty or a bias.
+    bool transforms_logits() const {
+        return (repeat_penalty != 1.0f && repeat_last_n != 0) || presence_penalty != 0.0f || frequency_penalty != 0.0f ||
+               !logit_bias.empty();
+    }
+    // Greedy with nothing that changes the logits first: the token is the
+    // plain argmax of the logits, so a backend may return only that
+    // (ForwardBackend::forward_greedy).
+    bool plain_argmax() const { return greedy() && !transforms_logits(); }
 };
 
 // The seed that asks for a random seed (LLAMA_DEFAULT_SEED).
@@ -66,7 +108,7 @@ public:
     void set_params(const SamplingParams& params);
 
     // logits: (n_vocab); history: tokens so far (prompt + generated) for the
-    // penalty. No allocation. Exactly draw(distribution(logits, history), rng):
+    // penalties; history[0, params.n_prompt) is the prompt. No allocation. Exactly draw(distribution(logits, history), rng):
     // the same token, and the same use of rng.
     int32_t sample(const float* logits, std::span<const int32_t> history, Rng& rng);
     // The final distribution the sampler would draw from; for greedy: a point
@@ -84,19 +126,24 @@ private:
         float logit;
         float p;
     };
-    // Penalty and filters into candidates_[0, n); returns n (>= 1). Greedy:
-    // the argmax alone. Otherwise p is the final probability, in an order
-    // that depends only on the inputs.
+    // Transforms and filters into candidates_[0, n); returns n (>= 1).
+    // Greedy: the argmax alone. Otherwise p is the final probability, in an
+    // order that depends only on the inputs.
     size_t prepare(const float* logits, std::span<const int32_t> history);
-    bool apply_penalty(const float* logits, std::span<const int32_t> history);
+    // logit_bias, then the penalties, into transformed_ (a copy of logits);
+    // false when nothing applies (the logits are read as they are).
+    bool apply_transforms(const float* logits, std::span<const int32_t> history);
+    void check_history_token(int32_t token) const;
     size_t top_p_filter(size_t n);
 
     SamplingParams params_;
     int32_t n_vocab_;
     std::vector<Candidate> candidates_;  // (n_vocab) scratch
-    std::vector<float> penalised_;       // (n_vocab) the logits after the repetition penalty
-    std::vector<uint32_t> seen_mark_;    // (n_vocab) == mark_: token already penalised this call
+    std::vector<float> transformed_;     // (n_vocab) the logits after logit_bias and the penalties
+    std::vector<uint32_t> seen_mark_;    // (n_vocab) == mark_: token already repeat-penalised this call
     uint32_t mark_ = 0;
+    std::vector<uint32_t> counts_;       // (n_vocab) occurrences in the counted window; all zero between calls
+    std::vector<int32_t> counted_;       // (<= n_vocab) the distinct tokens whose counts_ are non-zero
 };
 
 }  // namespace specd

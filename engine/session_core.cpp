@@ -27,7 +27,8 @@ SessionCore::SessionCore(const Tokenizer& tokenizer, std::vector<int32_t> prompt
       draft_seed_(rng_.s[0] ^ (rng_.s[3] * 0x9E3779B97F4A7C15ull)),
       decoder_(tokenizer, DecodeAt::Continuation),
       stop_matcher_(params.stop) {
-    params_.sampling.validate();
+    params_.sampling.n_prompt = n_prompt_;  // every job carries it: the penalties' output window starts there
+    params_.sampling.validate_for(tokenizer.n_vocab());
     if (params_.max_tokens < 1) throw Error("max_tokens must be >= 1, got " + std::to_string(params_.max_tokens));
     if (params_.stop.size() > kMaxStopSequences)
         throw Error("at most " + std::to_string(kMaxStopSequences) + " stop sequences, got " + std::to_string(params_.stop.size()));

@@ -126,7 +126,10 @@ SpeculativeDecoder::SpeculativeDecoder(ForwardBackend& target, PagedKvCache& kv,
 
 SpeculativeResult SpeculativeDecoder::generate(std::span<const int32_t> prompt, const GenerationParams& params,
                                                const SpeculativeParams& spec_in, const TokenCallback& on_token) {
-    params.sampling.validate();
+    // The penalties' output window starts after the prompt; logit_bias ids must be the target's.
+    SamplingParams sampling = params.sampling;
+    sampling.n_prompt = static_cast<int32_t>(prompt.size());
+    sampling.validate_for(fwd_.n_vocab());
     spec_in.validate();
     if (params.max_tokens < 0) throw Error("max_tokens must be >= 0, got " + std::to_string(params.max_tokens));
     const int32_t n_ctx = kv_.shape().max_seq_len;
@@ -153,7 +156,7 @@ SpeculativeResult SpeculativeDecoder::generate(std::span<const int32_t> prompt, 
         }
     } guard{kv_, seq, spec.draft_max > 0 ? proposer_ : nullptr};
 
-    Sampler sampler(params.sampling, fwd_.n_vocab());
+    Sampler sampler(sampling, fwd_.n_vocab());
     Rng rng(params.sampling.seed);
     if (!controller_ || controller_->params() != spec) controller_ = std::make_unique<DraftLengthController>(spec);
     DraftLengthController& controller = *controller_;
@@ -211,7 +214,7 @@ SpeculativeResult SpeculativeDecoder::generate(std::span<const int32_t> prompt, 
             req.context = history_;
             req.k = k;
             req.p_min = spec.draft_p_min;
-            req.sampling = &params.sampling;
+            req.sampling = &sampling;
             req.rng = &rng;
             proposer_->propose(req, draft_);
             if (static_cast<int32_t>(draft_.tokens.size()) < std::max(1, spec.draft_min)) draft_.clear();
@@ -226,10 +229,10 @@ SpeculativeResult SpeculativeDecoder::generate(std::span<const int32_t> prompt, 
         item.seq = seq;
         item.tokens = verify_in_;
         item.all_logits = true;
-        // Greedy without a penalty needs only each row's argmax, which a
+        // Greedy without a logit transform needs only each row's argmax, which a
         // backend may hand over without the logits (argmax_: (k+1)).
         bool greedy = false;
-        if (params.sampling.plain_argmax()) {
+        if (sampling.plain_argmax()) {
             argmax_.resize(verify_in_.size());
             greedy = fwd_.forward_greedy(kv_, std::span<const BatchItem>(&item, 1), argmax_);
         }

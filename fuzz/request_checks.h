@@ -4,6 +4,7 @@
 // request must hold (each field within the range the API documents).
 #pragma once
 
+#include <cmath>
 #include <string>
 #include <utility>
 #include <vector>
@@ -15,9 +16,13 @@
 namespace specd::fuzz {
 
 // The server's limits (RequestLimits defaults: max_tokens_limit 4096,
-// default_max_tokens 128, max_draft_tokens 32).
+// default_max_tokens 128, max_draft_tokens 32) for stories15M's vocabulary.
 inline const net::RequestLimits& fuzz_limits() {
-    static const net::RequestLimits limits;
+    static const net::RequestLimits limits = [] {
+        net::RequestLimits l;
+        l.n_vocab = 32000;
+        return l;
+    }();
     return limits;
 }
 
@@ -65,6 +70,19 @@ inline void check_parsed(const char* target, const net::ParsedRequest& p, net::A
     check_in<float>(target, "min_p", r.sampling.min_p, 0.0f, 1.0f);
     check_in<int32_t>(target, "top_k", r.sampling.top_k, 0, 1 << 20);
     check_in<float>(target, "repeat_penalty", r.sampling.repeat_penalty, 0.01f, 10.0f);
+    check_in<int32_t>(target, "repeat_last_n", r.sampling.repeat_last_n, -1, 1 << 20);
+    check_in<float>(target, "presence_penalty", r.sampling.presence_penalty, -2.0f, 2.0f);
+    check_in<float>(target, "frequency_penalty", r.sampling.frequency_penalty, -2.0f, 2.0f);
+    if (r.sampling.logit_bias.size() > kMaxLogitBias) fail(target, "accepted more than kMaxLogitBias logit_bias entries");
+    for (const LogitBias& b : r.sampling.logit_bias) {
+        if (b.token < 0 || (limits.n_vocab > 0 && b.token >= limits.n_vocab)) fail(target, "accepted a logit_bias id outside the vocabulary");
+        if (b.bias != -INFINITY) check_in<float>(target, "logit_bias", b.bias, -100.0f, 100.0f);
+    }
+    try {
+        r.sampling.validate();
+    } catch (const std::exception& e) {
+        fail(target, std::string("accepted sampling parameters the engine refuses: ") + e.what());
+    }
     if (r.speculative < -1 || r.speculative > 1) fail(target, "speculative is not -1, 0 or 1");
     if (r.adaptive < -1 || r.adaptive > 1) fail(target, "adaptive is not -1, 0 or 1");
     if (r.draft_max != -1) check_in<int32_t>(target, "speculative.draft_max", r.draft_max, 1, limits.max_draft_tokens);

@@ -88,11 +88,8 @@ void refuse_unsupported(const json& body) {
     const auto zero = [](const json& v) { return v.is_number() && v.get<double>() == 0.0; };
     const auto is_false = [](const json& v) { return v.is_boolean() && !v.get<bool>(); };
     const auto empty = [](const json& v) { return (v.is_array() || v.is_object() || v.is_string()) && v.empty(); };
-    off("presence_penalty", zero);
-    off("frequency_penalty", zero);
     off("logprobs", [&](const json& v) { return is_false(v) || zero(v); });
     off("top_logprobs", zero);
-    off("logit_bias", empty);
     off("echo", is_false);
     off("suffix", empty);
     off("best_of", [](const json& v) { return v.is_number_integer() && v.get<int64_t>() == 1; });
@@ -106,6 +103,64 @@ void refuse_unsupported(const json& body) {
     off("n_probs", zero);
     off("audio", empty);
     off("modalities", [](const json& v) { return v == json::array({"text"}); });
+}
+
+// A logit_bias token id as a key of OpenAI's object form: decimal digits only.
+int32_t bias_token_key(const std::string& key) {
+    const bool digits = !key.empty() && key.size() <= 10 && std::all_of(key.begin(), key.end(), [](char c) { return c >= '0' && c <= '9'; });
+    if (!digits) {
+        bad("logit_bias", "logit_bias keys must be token ids such as \"15043\", got \"" + utf8_excerpt(key, 40) +
+                              "\" (token strings are not supported: tokenize them with /tokenize)");
+    }
+    const int64_t id = std::stoll(key);
+    if (id > INT32_MAX) bad("logit_bias", "logit_bias token id " + key + " is outside the vocabulary");
+    return static_cast<int32_t>(id);
+}
+
+// logit_bias as OpenAI sends it, {"15043": -100, ...}, or as llama-server
+// also takes it, [[15043, -1.5], [29871, false], ...]: a bias in [-100, 100]
+// added to that token's logit, false for never (-inf). Token strings
+// (llama-server tokenizes them) are refused: specd's front end has no
+// tokenizer, and a silently different reading would be worse.
+std::vector<LogitBias> logit_bias(const json& v, int32_t n_vocab) {
+    const auto bias_of = [](const json& b, const std::string& where) {
+        if (b.is_boolean() && !b.get<bool>()) return -INFINITY;
+        if (!b.is_number() || !std::isfinite(b.get<double>()) || b.get<double>() < -100.0 || b.get<double>() > 100.0)
+            bad("logit_bias", "logit_bias" + where + " must be a number in [-100, 100] or false, got " + shown(b));
+        return static_cast<float>(b.get<double>());
+    };
+    const auto checked = [&](int64_t id) {
+        if (id < 0 || id > INT32_MAX || (n_vocab > 0 && id >= n_vocab)) {
+            bad("logit_bias", "logit_bias token id " + std::to_string(id) + " is outside the vocabulary" +
+                                  (n_vocab > 0 ? " (0 to " + std::to_string(n_vocab - 1) + ")" : std::string()));
+        }
+        return static_cast<int32_t>(id);
+    };
+    if (!v.is_object() && !v.is_array())
+        bad("logit_bias", "logit_bias must be an object of token id -> bias or an array of [id, bias] pairs, got " + shown(v));
+    if (v.size() > kMaxLogitBias)
+        bad("logit_bias", "logit_bias has " + std::to_string(v.size()) + " entries; at most " + std::to_string(kMaxLogitBias));
+    std::vector<LogitBias> out;
+    out.reserve(v.size());
+    if (v.is_object()) {
+        for (const auto& [key, b] : v.items()) {
+            const int32_t id = checked(bias_token_key(key));
+            out.push_back({id, bias_of(b, "[\"" + key + "\"]")});
+        }
+        return out;
+    }
+    for (const json& pair : v) {
+        if (!pair.is_array() || pair.size() != 2)
+            bad("logit_bias", "each logit_bias entry must be a pair [token id, bias], got " + shown(pair));
+        if (pair[0].is_string())
+            bad("logit_bias", "logit_bias token strings are not supported (tokenize them with /tokenize), got " + shown(pair[0]));
+        if (!pair[0].is_number_integer()) bad("logit_bias", "a logit_bias token id must be an integer, got " + shown(pair[0]));
+        const int64_t raw = pair[0].is_number_unsigned() ? static_cast<int64_t>(std::min<uint64_t>(pair[0].get<uint64_t>(), INT64_MAX))
+                                                         : pair[0].get<int64_t>();
+        const int32_t id = checked(raw);
+        out.push_back({id, bias_of(pair[1], " for token " + std::to_string(id))});
+    }
+    return out;
 }
 
 bool boolean(const json& v, const char* key) {
@@ -181,6 +236,17 @@ ParsedRequest parse_generation(const json& body, ApiKind kind, const RequestLimi
     if (const json* v = given(body, "min_p")) r.sampling.min_p = static_cast<float>(number(*v, "min_p", 0.0, 1.0));
     if (const json* v = given(body, "top_k")) r.sampling.top_k = static_cast<int32_t>(integer(*v, "top_k", 0, 1 << 20));
     if (const json* v = given(body, "repeat_penalty")) r.sampling.repeat_penalty = static_cast<float>(number(*v, "repeat_penalty", 0.01, 10.0));
+    if (const json* v = given(body, "presence_penalty")) r.sampling.presence_penalty = static_cast<float>(number(*v, "presence_penalty", -2.0, 2.0));
+    if (const json* v = given(body, "frequency_penalty")) r.sampling.frequency_penalty = static_cast<float>(number(*v, "frequency_penalty", -2.0, 2.0));
+    // presence_penalty and frequency_penalty count the tokens generated so
+    // far, as OpenAI defines them. A request that names repeat_last_n speaks
+    // llama-server's dialect and gets its reading: they count the last
+    // repeat_last_n tokens of prompt + output, as its penalties sampler does.
+    if (const json* v = given(body, "repeat_last_n")) {
+        r.sampling.repeat_last_n = static_cast<int32_t>(integer(*v, "repeat_last_n", -1, 1 << 20));
+        r.sampling.penalty_window = PenaltyWindow::LastN;
+    }
+    if (const json* v = given(body, "logit_bias")) r.sampling.logit_bias = logit_bias(*v, limits.n_vocab);
     if (const json* v = given(body, "seed")) r.sampling.seed = static_cast<uint64_t>(integer(*v, "seed", 0, INT64_MAX));
     if (const json* v = given(body, "n"); v && !(v->is_number_integer() && v->get<int64_t>() == 1)) bad("n", "only n = 1 is supported");
     if (const json* v = given(body, "stop")) {

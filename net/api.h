@@ -49,6 +49,11 @@ struct RequestLimits {
     // limit (docs/websocket-protocol.md: 1..32) inside the runtime's bound
     // kMaxDraftTokens, which only the server's own setting may reach.
     int32_t max_draft_tokens = 32;
+    // The model's vocabulary: logit_bias ids at or past it are refused here
+    // (a 400 naming logit_bias). 0: not checked here (the session still
+    // refuses them, as an invalid_request error). The server sets it from
+    // the runtime's tokenizer.
+    int32_t n_vocab = 0;
 };
 static_assert(RequestLimits{}.max_draft_tokens <= kMaxDraftTokens);
 

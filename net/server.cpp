@@ -41,7 +41,11 @@ ServerState::ServerState(Runtime& rt, ServerOptions options)
       metrics(rt, ServerGauges{[this] { return static_cast<double>(connections.load()); },
                                [this] { return draining ? 1.0 : 0.0; },
                                [this] { return static_cast<double>(active_generations.load()); }}),
-      requests(opt.low_acceptance_rate, opt.low_acceptance_window, metrics) {}
+      requests(opt.low_acceptance_rate, opt.low_acceptance_window, metrics) {
+    // logit_bias ids are checked where the request is parsed, so the client
+    // gets a 400 naming the field (streamed or not).
+    opt.limits.n_vocab = rt.tokenizer().n_vocab();
+}
 
 ServerState::~ServerState() = default;
 

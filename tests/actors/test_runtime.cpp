@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <filesystem>
 #include <map>
@@ -17,6 +18,7 @@
 #include <tuple>
 
 #include <caf/policy/work_sharing.hpp>
+
 #include <caf/policy/work_stealing.hpp>
 #include <caf/scheduler/coordinator.hpp>
 
@@ -459,6 +461,50 @@ TEST_CASE("KV cache types: a budget holds twice the blocks in f16 as in f32, and
         }
         require_pool_empty(rt);
     }
+}
+
+TEST_CASE("penalties and logit_bias through the actors: greedy output with speculation on and off equals plain decoding",
+          "[runtime][penalties]") {
+    StandaloneRuntime host(test_config());
+    Runtime& rt = host.runtime();
+    auto model = test::load("stories15M-f32.gguf");
+    ThreadPool pool(2);
+    ForwardPass fwd(*model, pool);
+    PagedKvCache kv(fwd.kv_shape(model->hparams().n_ctx_train, 1));
+    const int32_t dog = model->tokenizer().encode(" dog", false).back();
+    const int32_t the = model->tokenizer().encode(" the", false).back();
+    for (int window = 0; window < 2; ++window) {
+        generate_request req = greedy_request("p", "Once upon a time", 48);
+        req.sampling.presence_penalty = 0.6f;
+        req.sampling.frequency_penalty = 0.4f;
+        req.sampling.logit_bias = {{dog, 4.0f}, {the, -INFINITY}};
+        if (window) {
+            req.sampling.penalty_window = PenaltyWindow::LastN;
+            req.sampling.repeat_penalty = 1.15f;
+            req.sampling.repeat_last_n = 32;
+        }
+        GenerationParams gp;
+        gp.max_tokens = 48;
+        gp.sampling = req.sampling;
+        const auto expected = PlainDecoder(fwd, kv).generate(model->tokenizer().encode(req.prompt, true), gp).tokens;
+        CHECK(expected != plain_greedy("Once upon a time", 48));  // the transforms matter
+        for (int spec = 0; spec < 2; ++spec) {
+            req.speculative = static_cast<int8_t>(spec);
+            GenerateResult r = rt.generate(req);
+            INFO("window " << window << " speculative " << spec << ": " << r.error.message);
+            REQUIRE(r.ok);
+            CHECK(r.tokens == expected);
+            if (spec) CHECK(r.done.accepted > 0);
+        }
+    }
+    // An id outside the vocabulary is a typed error naming logit_bias.
+    generate_request bad = greedy_request("b", "Once upon a time", 8);
+    bad.sampling.logit_bias = {{rt.tokenizer().n_vocab(), 1.0f}};
+    GenerateResult g = rt.generate(bad);
+    CHECK_FALSE(g.ok);
+    CHECK(g.error.code == "invalid_request");
+    CHECK_THAT(g.error.message, Catch::Contains("logit_bias"));
+    require_pool_empty(rt);
 }
 
 TEST_CASE("bad requests get typed error events, not exceptions", "[runtime][faults]") {

@@ -6,6 +6,8 @@
 // fixed k). Also the verifier's refusals and what it feeds the step cost probe.
 #include <catch2/catch.hpp>
 
+#include <array>
+#include <cmath>
 #include <map>
 #include <memory>
 
@@ -86,6 +88,72 @@ TEST_CASE("batched sessions joining at different steps each equal their single p
     }
 }
 
+// The server's path (SessionCore, BatchVerifier, BatchDrafter) with the
+// logit transforms: each row's penalties count the drafted tokens before it.
+TEST_CASE("batched greedy sessions with penalties and logit_bias each equal their single plain decode (q8_0, q4_0, n-gram; k 1, 4, 8)",
+          "[batch][greedy][penalties]") {
+    auto target = load("stories15M-f32.gguf");
+    auto draft_q8 = load("stories15M-q8_0.gguf");
+    auto draft_q4 = load("stories15M-q4_0.gguf");
+    ThreadPool pool(2);
+    ForwardPass fwd(*target, pool);
+    const int32_t n_ctx = 256;
+    PagedKvCache kv(fwd.kv_shape(n_ctx, 8));
+    ForwardPass q8fwd(*draft_q8, pool), q4fwd(*draft_q4, pool);
+    PagedKvCache q8kv(q8fwd.kv_shape(n_ctx, 8)), q4kv(q4fwd.kv_shape(n_ctx, 8));
+    PagedKvCache single_kv(fwd.kv_shape(n_ctx, 1));
+    PlainDecoder plain(fwd, single_kv);
+    const Tokenizer& tok = target->tokenizer();
+    const int32_t dog = tok.encode(" dog", false).back();
+    const int32_t the = tok.encode(" the", false).back();
+
+    for (int mode = 0; mode < 3; ++mode) {  // 0: q8_0 draft, 1: q4_0 draft, 2: n-gram
+        BatchVerifier verifier(fwd, kv);
+        std::unique_ptr<BatchDrafter> drafter = mode == 0   ? std::make_unique<BatchDrafter>(&q8fwd, &q8kv)
+                                                : mode == 1 ? std::make_unique<BatchDrafter>(&q4fwd, &q4kv)
+                                                            : std::make_unique<BatchDrafter>(nullptr, nullptr);
+        std::vector<Driven> sessions;
+        std::vector<GenerationResult> refs;
+        for (size_t i = 0; i < 6; ++i) {
+            GenerationParams gp;
+            gp.max_tokens = 40;
+            gp.sampling.temperature = 0.0f;
+            if (i % 2 == 0) {  // OpenAI's reading
+                gp.sampling.presence_penalty = 0.6f;
+                gp.sampling.frequency_penalty = 0.4f;
+                gp.sampling.logit_bias = {{dog, 4.0f}, {the, -INFINITY}};
+            } else {  // llama-server's
+                gp.sampling.penalty_window = PenaltyWindow::LastN;
+                gp.sampling.repeat_last_n = 32;
+                gp.sampling.repeat_penalty = 1.15f;
+                gp.sampling.presence_penalty = 0.3f;
+                gp.sampling.frequency_penalty = 0.5f;
+                gp.sampling.logit_bias = {{dog, 3.0f}};
+            }
+            const auto ids = tok.encode(kPrompts[i], true);
+            refs.push_back(plain.generate(ids, gp));
+            SpeculativeParams sp;
+            sp.draft_max = std::array<int32_t, 3>{1, 4, 8}[i % 3];
+            sp.adaptive = false;
+            Driven d;
+            d.core = std::make_unique<SessionCore>(tok, ids, gp, sp, true, n_ctx);
+            d.start_round = static_cast<int>(i % 3) * 2;
+            sessions.push_back(std::move(d));
+        }
+        drive(sessions, verifier, drafter.get());
+        int64_t accepted = 0;
+        for (size_t i = 0; i < sessions.size(); ++i) {
+            INFO("mode " << mode << " session " << i << ": " << kPrompts[i]);
+            CHECK(sessions[i].core->output() == refs[i].tokens);
+            CHECK(sessions[i].core->stop_reason() == refs[i].stop);
+            accepted += sessions[i].core->stats().n_accepted;
+        }
+        if (mode < 2) CHECK(accepted > 0);  // speculation really happened (penalties leave n-gram lookups little to repeat)
+        CHECK(kv.used_blocks() == 0);
+        CHECK(verifier.greedy_steps() == 0);  // the transforms need every row's logits
+    }
+}
+
 TEST_CASE("batched sampled decoding draws the same tokens as the single-sequence speculative decoder", "[batch][sampled]") {
     auto target = load("stories15M-f32.gguf");
     auto draft = load("stories15M-q8_0.gguf");
@@ -109,6 +177,14 @@ TEST_CASE("batched sampled decoding draws the same tokens as the single-sequence
         gp.sampling.temperature = 0.9f;
         gp.sampling.seed = 1000 + i;
         gp.sampling.repeat_penalty = i % 2 ? 1.1f : 1.0f;
+        if (i % 3 == 1) {  // OpenAI's penalties and a bias: the verifier's rows and the draft's apply them alike
+            gp.sampling.presence_penalty = 0.5f;
+            gp.sampling.frequency_penalty = 0.5f;
+            gp.sampling.logit_bias = {{tok.encode(" dog", false).back(), 2.0f}};
+        } else if (i % 3 == 2) {  // llama-server's window
+            gp.sampling.penalty_window = PenaltyWindow::LastN;
+            gp.sampling.frequency_penalty = 0.8f;
+        }
         SpeculativeParams sp;
         sp.draft_max = 4;
         sp.adaptive = false;  // k must not depend on timing for the streams to line up

@@ -361,7 +361,12 @@ TEST_CASE("sampled speculation with a draft vocabulary shorter or longer than th
     ForwardPass fwd(*target, pool);
     PagedKvCache kv(fwd.kv_shape(32, 2));
     const std::vector<int32_t> prompt = {1, 3, 5};
-    const SamplingParams sampling{1.0f, 0, 1.0f, 0.0f, 1.0f, 64, 7};
+    SamplingParams sampling;  // plain softmax: no filter, no penalty
+    sampling.temperature = 1.0f;
+    sampling.top_k = 0;
+    sampling.top_p = 1.0f;
+    sampling.min_p = 0.0f;
+    sampling.seed = 7;
 
     // Exact joint distribution of the first two generated tokens under
     // plain sampling, by enumeration.

@@ -1,6 +1,7 @@
 // The sampler: each filter alone and in llama.cpp's chain on 4-token
 // vocabularies with expected probability tables (as llama.cpp's
-// test-sampling), the repetition penalty, greedy, seeding, and that
+// test-sampling), the repetition penalty, OpenAI's and llama-server's
+// frequency and presence penalties, logit_bias, greedy, seeding, and that
 // sample() draws exactly from distribution().
 #include <catch2/catch.hpp>
 
@@ -238,6 +239,119 @@ TEST_CASE("the penalty looks only at the last repeat_last_n tokens", "[sampler]"
     CHECK_THROWS_AS(Sampler(p, 4).sample(logits.data(), std::vector<int32_t>{7}, rng), specd::Error);
 }
 
+// ------------------------------------- frequency, presence and logit_bias
+
+namespace {
+// The distribution's log-probabilities relative to token `base`: the
+// transformed logits' differences, which temperature 1 without filters keeps.
+std::map<int32_t, double> log_ratios(Sampler& sampler, const std::vector<float>& logits, const std::vector<int32_t>& history,
+                                     int32_t base) {
+    std::vector<TokenProb> dist;
+    sampler.distribution(logits.data(), history, dist);
+    std::map<int32_t, double> p;
+    for (const TokenProb& t : dist) p[t.id] = t.p;
+    std::map<int32_t, double> out;
+    for (const auto& [id, q] : p) out[id] = std::log(q / p.at(base));
+    return out;
+}
+}  // namespace
+
+TEST_CASE("OpenAI's penalties subtract count * frequency + presence for the output's tokens, not the prompt's", "[sampler]") {
+    SamplingParams p = plain();
+    p.presence_penalty = 0.5f;
+    p.frequency_penalty = 0.25f;
+    p.n_prompt = 2;  // the prompt {3, 3} is not counted
+    Sampler sampler(p, 4);
+    const std::vector<float> flat(4, 0.0f);
+    const auto r = log_ratios(sampler, flat, {3, 3, 0, 1, 1}, 2);
+    CHECK(r.at(0) == Approx(-(1 * 0.25 + 0.5)));
+    CHECK(r.at(1) == Approx(-(2 * 0.25 + 0.5)));
+    CHECK(r.at(3) == Approx(0.0).margin(1e-6));
+    // Negative values reward the tokens instead (OpenAI allows [-2, 2]).
+    p.presence_penalty = -1.0f;
+    p.frequency_penalty = 0.0f;
+    sampler.set_params(p);
+    const auto neg = log_ratios(sampler, flat, {3, 3, 0, 1, 1}, 2);
+    CHECK(neg.at(0) == Approx(1.0));
+    CHECK(neg.at(1) == Approx(1.0));
+    // No output yet: nothing is counted, whatever the prompt holds.
+    const auto none = log_ratios(sampler, flat, {3, 3}, 2);
+    CHECK(none.at(3) == Approx(0.0).margin(1e-6));
+}
+
+TEST_CASE("llama-server's window: the penalties count the last repeat_last_n tokens of prompt + output, after the repetition penalty",
+          "[sampler]") {
+    SamplingParams p = plain();
+    p.penalty_window = specd::PenaltyWindow::LastN;
+    p.repeat_last_n = 4;
+    p.repeat_penalty = 2.0f;
+    p.presence_penalty = 0.5f;
+    p.frequency_penalty = 0.25f;
+    p.n_prompt = 2;  // not read in this window
+    Sampler sampler(p, 4);
+    const std::vector<float> logits = {2.0f, 1.0f, -1.0f, 0.5f};
+    // The window is {3, 0, 1, 1}; token 2 (first in the history) is outside it.
+    const auto r = log_ratios(sampler, logits, {2, 3, 3, 0, 1, 1}, 2);
+    // llama.cpp: l / penalty (l > 0), then - (count * frequency + presence).
+    CHECK(r.at(0) == Approx((2.0 / 2 - 0.75) - -1.0));
+    CHECK(r.at(1) == Approx((1.0 / 2 - 1.0) - -1.0));
+    CHECK(r.at(3) == Approx((0.5 / 2 - 0.75) - -1.0));
+    // repeat_last_n 0 turns llama.cpp's whole penalties sampler off.
+    p.repeat_last_n = 0;
+    sampler.set_params(p);
+    const auto off = log_ratios(sampler, logits, {2, 3, 3, 0, 1, 1}, 2);
+    CHECK(off.at(0) == Approx(3.0));
+    CHECK(off.at(3) == Approx(1.5));
+}
+
+TEST_CASE("logit_bias is added before the penalties; -inf removes a token; ids past the sampler's vocabulary are skipped",
+          "[sampler]") {
+    SamplingParams p = plain();
+    p.logit_bias = {{0, 1.0f}, {2, -INFINITY}, {3, 0.5f}, {3, 0.5f}, {9, 50.0f}};
+    Sampler sampler(p, 4);
+    const std::vector<float> flat(4, 1.0f);
+    const auto r = log_ratios(sampler, flat, {}, 1);
+    CHECK(r.size() == 3);  // token 2 can never be drawn
+    CHECK(r.at(0) == Approx(1.0));
+    CHECK(r.at(3) == Approx(1.0));  // repeated ids add up
+    // Bias first, then the repetition penalty: (1 + 1) / 2 = 1, where the
+    // other order would give 1 / 2 + 1 = 1.5.
+    p.logit_bias = {{0, 1.0f}};
+    p.repeat_penalty = 2.0f;
+    sampler.set_params(p);
+    const auto ordered = log_ratios(sampler, flat, {0}, 1);
+    CHECK(ordered.at(0) == Approx(0.0).margin(1e-6));
+}
+
+TEST_CASE("greedy follows the transformed logits, and plain_argmax() is false whenever a transform is active", "[sampler]") {
+    SamplingParams p = plain();
+    p.temperature = 0.0f;
+    CHECK(p.plain_argmax());
+    const std::vector<float> logits = {3.0f, 2.0f, 1.0f, 0.0f};
+    Rng rng(5);
+    p.logit_bias = {{3, 3.5f}};
+    CHECK_FALSE(p.plain_argmax());
+    CHECK(Sampler(p, 4).sample(logits.data(), {}, rng) == 3);
+    p.logit_bias = {{0, -INFINITY}};
+    CHECK(Sampler(p, 4).sample(logits.data(), {}, rng) == 1);
+    p.logit_bias.clear();
+    p.frequency_penalty = 0.6f;
+    CHECK_FALSE(p.plain_argmax());
+    p.n_prompt = 1;
+    // Token 0 twice in the output: 3 - 1.2 < 2.
+    CHECK(Sampler(p, 4).sample(logits.data(), std::vector<int32_t>{2, 0, 0}, rng) == 1);
+    p.frequency_penalty = 0.0f;
+    p.presence_penalty = 2.5f;
+    CHECK_FALSE(p.plain_argmax());
+    // 0 → 0.5 and 1 → -0.5 (output); 2 is the prompt's, not counted.
+    CHECK(Sampler(p, 4).sample(logits.data(), std::vector<int32_t>{2, 0, 1}, rng) == 2);
+    p.presence_penalty = 0.0f;
+    p.repeat_penalty = 1.5f;
+    CHECK_FALSE(p.plain_argmax());
+    p.repeat_last_n = 0;  // a penalty over no tokens changes nothing
+    CHECK(p.plain_argmax());
+}
+
 // ------------------------------------------------------------------ greedy
 
 TEST_CASE("greedy picks the argmax of the penalised logits, lowest id on ties", "[sampler]") {
@@ -328,6 +442,15 @@ TEST_CASE("sample() is exactly draw(distribution()): same token, same rng use", 
     SamplingParams one = plain();
     one.top_k = 1;
     configs.push_back(one);
+    SamplingParams counted;  // the default chain with OpenAI's penalties and a bias
+    counted.presence_penalty = 0.4f;
+    counted.frequency_penalty = -0.3f;
+    counted.n_prompt = 50;
+    counted.logit_bias = {{7, 2.0f}, {8, -INFINITY}, {9, -3.0f}};
+    configs.push_back(counted);
+    counted.penalty_window = specd::PenaltyWindow::LastN;
+    counted.repeat_penalty = 1.2f;
+    configs.push_back(counted);
 
     const int32_t n_vocab = 32000;
     std::vector<float> logits(static_cast<size_t>(n_vocab));
@@ -358,8 +481,12 @@ TEST_CASE("sample() frequencies match distribution() (chi-square)", "[sampler]")
     p.min_p = 0.02f;
     p.temperature = 0.9f;
     p.repeat_penalty = 1.2f;
+    p.presence_penalty = 0.3f;
+    p.frequency_penalty = 0.2f;
+    p.n_prompt = 1;
+    p.logit_bias = {{0, 1.5f}, {4, -0.5f}};
     const std::vector<float> logits = {0.5f, 2.0f, 1.5f, -1.0f, 1.0f, 0.0f, 2.2f, -3.0f, 0.7f, 1.9f};
-    const std::vector<int32_t> history = {1, 6};
+    const std::vector<int32_t> history = {1, 6, 6};
     Sampler sampler(p, static_cast<int32_t>(logits.size()));
     std::vector<TokenProb> dist;
     sampler.distribution(logits.data(), history, dist);
@@ -407,10 +534,18 @@ TEST_CASE("sample() and distribution() allocate nothing once warm", "[sampler]")
     Rng rng(p.seed);
     std::vector<TokenProb> dist;
     dist.reserve(static_cast<size_t>(n_vocab));
+    SamplingParams transforms = p;
+    transforms.presence_penalty = 0.5f;
+    transforms.frequency_penalty = 0.5f;
+    transforms.n_prompt = 1;
+    transforms.logit_bias = {{5, 3.0f}, {6, -INFINITY}};
+    Sampler transforming(transforms, n_vocab);
     const long before = g_allocations.load();
     for (int i = 0; i < 10; ++i) {
         sampler.sample(logits.data(), history, rng);
         sampler.distribution(logits.data(), history, dist);
+        transforming.sample(logits.data(), history, rng);
+        transforming.distribution(logits.data(), history, dist);
     }
     CHECK(g_allocations.load() == before);
 }
@@ -434,6 +569,20 @@ TEST_CASE("validate() names the field, the value and the allowed range", "[sampl
     fails([](SamplingParams& p) { p.repeat_penalty = 0.0f; }, "repeat_penalty", "0");
     fails([](SamplingParams& p) { p.repeat_penalty = -1.0f; }, "repeat_penalty", "-1");
     fails([](SamplingParams& p) { p.repeat_last_n = -2; }, "repeat_last_n", "-2");
+    fails([](SamplingParams& p) { p.presence_penalty = INFINITY; }, "presence_penalty", "inf");
+    fails([](SamplingParams& p) { p.frequency_penalty = std::nanf(""); }, "frequency_penalty", "nan");
+    fails([](SamplingParams& p) { p.logit_bias = {{1, 101.0f}}; }, "logit_bias", "101");
+    fails([](SamplingParams& p) { p.logit_bias = {{1, std::nanf("")}}; }, "logit_bias", "nan");
+    fails([](SamplingParams& p) { p.logit_bias = {{-1, 1.0f}}; }, "logit_bias", "-1");
+    fails([](SamplingParams& p) { p.logit_bias.assign(specd::kMaxLogitBias + 1, {1, 1.0f}); }, "logit_bias", "301");
+    {
+        SamplingParams in_range;
+        in_range.logit_bias = {{9, -100.0f}, {0, 100.0f}, {5, -INFINITY}};
+        in_range.validate_for(10);
+        in_range.logit_bias.push_back({10, 1.0f});
+        in_range.validate();  // no vocabulary: only validate_for knows it
+        CHECK_THROWS_WITH(in_range.validate_for(10), Catch::Contains("logit_bias") && Catch::Contains("10") && Catch::Contains("0 to 9"));
+    }
 
     SamplingParams ok;
     ok.temperature = -1.0f;

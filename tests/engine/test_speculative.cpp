@@ -127,6 +127,91 @@ TEST_CASE("greedy: a draft head lacking the target's tokens costs acceptance, ne
     CHECK(kv.used_blocks() == 0);
 }
 
+// Penalties and logit_bias at position i depend on every token before it,
+// drafted ones included: the verifier applies them per row, the draft
+// proposes with them. Both APIs' readings, each with a bias that moves the
+// argmax (boosting " dog", never " the").
+std::vector<SamplingParams> greedy_transforms(const Tokenizer& tok) {
+    const int32_t dog = tok.encode(" dog", false).back();
+    const int32_t the = tok.encode(" the", false).back();
+    SamplingParams openai;
+    openai.temperature = 0.0f;
+    openai.presence_penalty = 0.6f;
+    openai.frequency_penalty = 0.4f;
+    openai.logit_bias = {{dog, 4.0f}, {the, -INFINITY}};
+    SamplingParams llama_server;
+    llama_server.temperature = 0.0f;
+    llama_server.penalty_window = PenaltyWindow::LastN;
+    llama_server.repeat_last_n = 32;
+    llama_server.repeat_penalty = 1.15f;
+    llama_server.presence_penalty = 0.3f;
+    llama_server.frequency_penalty = 0.5f;
+    llama_server.logit_bias = {{dog, 3.0f}};
+    return {openai, llama_server};
+}
+
+TEST_CASE("greedy speculative output with penalties and logit_bias is token-identical to plain decoding (q8_0, q4_0, n-gram; k 1, 4, 8)",
+          "[spec][greedy][penalties]") {
+    const std::vector<std::string> prompts = {"Once upon a time", "The cat sat on the mat. The cat sat on the",
+                                              "Tom had a red ball. Tom had a red"};
+    auto target = load("stories15M-f32.gguf");
+    auto draft_q4 = load("stories15M-q4_0.gguf");
+    auto draft_q8 = load("stories15M-q8_0.gguf");
+    ThreadPool pool(2);
+    ForwardPass fwd(*target, pool);
+    const int32_t n_ctx = target->hparams().n_ctx_train;
+    PagedKvCache kv(fwd.kv_shape(n_ctx, 1));
+    PlainDecoder plain(fwd, kv);
+    DraftModelProposer q4(*target, *draft_q4, pool, n_ctx);
+    DraftModelProposer q8(*target, *draft_q8, pool, n_ctx);
+    NgramProposer ngram(1, 4);
+    const Tokenizer& tok = target->tokenizer();
+    for (const SamplingParams& sampling : greedy_transforms(tok)) {
+        GenerationParams gp;
+        gp.max_tokens = 60;
+        gp.sampling = sampling;
+        GenerationParams untransformed;
+        untransformed.max_tokens = 60;
+        untransformed.sampling.temperature = 0.0f;
+        int changed = 0;
+        for (const std::string& prompt : prompts) {
+            const auto ids = tok.encode(prompt, true);
+            const GenerationResult reference = plain.generate(ids, gp);
+            // The transforms matter: without them the text differs.
+            changed += reference.tokens != plain.generate(ids, untransformed).tokens;
+            for (Proposer* proposer : {static_cast<Proposer*>(&q4), static_cast<Proposer*>(&q8), static_cast<Proposer*>(&ngram)}) {
+                for (int32_t k : {1, 4, 8}) {
+                    SpeculativeDecoder spec(fwd, kv, proposer);
+                    SpeculativeParams sp;
+                    sp.draft_max = k;
+                    sp.adaptive = false;
+                    const SpeculativeResult r = spec.generate(ids, gp, sp);
+                    INFO(proposer->name() << " k=" << k << " window " << static_cast<int>(sampling.penalty_window) << " | " << prompt);
+                    REQUIRE(r.tokens == reference.tokens);
+                    CHECK(r.stop == reference.stop);
+                    if (proposer != &ngram) CHECK(r.stats.n_accepted > 0);
+                    CHECK(kv.used_blocks() == 0);
+                }
+            }
+        }
+        CHECK(changed == static_cast<int>(prompts.size()));
+    }
+}
+
+TEST_CASE("a logit_bias id outside the target's vocabulary is refused naming logit_bias", "[spec][penalties]") {
+    auto target = load("stories15M-q8_0.gguf");
+    ThreadPool pool(1);
+    ForwardPass fwd(*target, pool);
+    PagedKvCache kv(fwd.kv_shape(64, 1));
+    GenerationParams gp;
+    gp.max_tokens = 2;
+    gp.sampling.logit_bias = {{fwd.n_vocab(), 1.0f}};
+    const auto ids = target->tokenizer().encode("Once", true);
+    CHECK_THROWS_WITH(PlainDecoder(fwd, kv).generate(ids, gp), Catch::Contains("logit_bias"));
+    CHECK_THROWS_WITH(SpeculativeDecoder(fwd, kv, nullptr).generate(ids, gp, SpeculativeParams{}), Catch::Contains("logit_bias"));
+    CHECK(kv.used_blocks() == 0);
+}
+
 // --------------------------------------------------- sampling: statistics ---
 
 TEST_CASE("sampled speculative output follows the target distribution (chi-square, tiny models)", "[spec][stats]") {
@@ -141,8 +226,16 @@ TEST_CASE("sampled speculative output follows the target distribution (chi-squar
     PagedKvCache kv(fwd.kv_shape(32, 2));
     const std::vector<int32_t> prompt = {1, 3, 5};
 
-    for (const SamplingParams sampling : {SamplingParams{1.0f, 0, 1.0f, 0.0f, 1.0f, 64, 7},
-                                          SamplingParams{1.0f, 5, 0.98f, 0.0f, 1.0f, 64, 7}}) {
+    const auto softmax = [](int32_t top_k, float top_p) {
+        SamplingParams s;
+        s.temperature = 1.0f;
+        s.top_k = top_k;
+        s.top_p = top_p;
+        s.min_p = 0.0f;
+        s.seed = 7;
+        return s;
+    };
+    for (const SamplingParams& sampling : {softmax(0, 1.0f), softmax(5, 0.98f)}) {
         // Exact joint distribution of the first two generated tokens under plain
         // sampling, by enumeration with the target and the sampler's filters.
         const std::map<int64_t, double> expected = test::two_token_distribution(fwd, kv, prompt, sampling);
@@ -175,6 +268,63 @@ TEST_CASE("sampled speculative output follows the target distribution (chi-squar
                 ++observed[r.tokens[0] * 8 + r.tokens[1]];
             }
             const auto [stat, df] = test::chi_square(observed, expected, n);
+            CHECK(stat > test::chi_square_critical_001(df));
+        }
+    }
+}
+
+TEST_CASE("sampled speculative output with penalties and logit_bias follows the penalised target distribution (chi-square, tiny models)",
+          "[spec][stats][penalties]") {
+    const std::string target_path = test::write_tiny_model(test::temp_path("target_pen.gguf"), 11);
+    const std::string draft_path = test::write_tiny_model(test::temp_path("draft_pen.gguf"), 12);
+    auto target = LlamaModel::load(target_path);
+    auto draft = LlamaModel::load(draft_path);
+    std::filesystem::remove(target_path);
+    std::filesystem::remove(draft_path);
+    ThreadPool pool(1);
+    ForwardPass fwd(*target, pool);
+    PagedKvCache kv(fwd.kv_shape(32, 2));
+    const std::vector<int32_t> prompt = {1, 3, 5};
+
+    SamplingParams openai;  // the output's tokens counted: the second token's distribution depends on the first
+    openai.temperature = 1.0f;
+    openai.top_k = 0;
+    openai.top_p = 1.0f;
+    openai.min_p = 0.0f;
+    openai.seed = 7;
+    openai.presence_penalty = 1.5f;
+    openai.frequency_penalty = 1.0f;
+    openai.logit_bias = {{2, 1.5f}, {6, -INFINITY}};
+    openai.n_prompt = static_cast<int32_t>(prompt.size());  // as the decoders set it
+    SamplingParams llama_server = openai;  // the prompt's tokens counted too, after the repetition penalty
+    llama_server.penalty_window = PenaltyWindow::LastN;
+    llama_server.repeat_penalty = 1.5f;
+    llama_server.presence_penalty = -0.5f;
+    llama_server.logit_bias = {{3, 1.0f}};
+    llama_server.top_k = 6;
+
+    for (const SamplingParams& sampling : {openai, llama_server}) {
+        // Tokens 2 and 3: the first step after the prefill verifies them on
+        // rows 0 and 1, and row 1's history holds drafted token 1.
+        const std::map<int64_t, double> expected = test::second_third_distribution(fwd, kv, prompt, sampling);
+        SamplingParams untransformed = sampling;
+        untransformed.presence_penalty = untransformed.frequency_penalty = 0.0f;
+        untransformed.repeat_penalty = 1.0f;
+        untransformed.logit_bias.clear();
+        const std::map<int64_t, double> unpenalised = test::second_third_distribution(fwd, kv, prompt, untransformed);
+
+        DraftModelProposer proposer(*target, *draft, pool, 32);
+        DraftModelProposer headed(*target, *draft, pool, 32, 4);
+        NgramProposer ngram(1, 2);
+        const int64_t n = 12000;
+        for (Proposer* p : {static_cast<Proposer*>(&proposer), static_cast<Proposer*>(&headed), static_cast<Proposer*>(&ngram)}) {
+            SpeculativeDecoder spec(fwd, kv, p);
+            const test::SampledPairs got = test::sample_pairs(spec, fwd.n_vocab(), prompt, sampling, n, 1000, 3, 1);
+            const std::string what = p->name() + " window " + std::to_string(static_cast<int>(sampling.penalty_window));
+            test::check_follows(got, expected, what);
+            // The test has power: the same samples fail the distribution without the transforms.
+            const auto [stat, df] = test::chi_square(got.observed, unpenalised, got.n);
+            INFO(what << " against the untransformed distribution: chi2 " << stat << " df " << df);
             CHECK(stat > test::chi_square_critical_001(df));
         }
     }

@@ -112,7 +112,15 @@ std::vector<float> logits_of(const std::vector<std::vector<double>>& probs) {
 
 // Plain softmax sampling: no top-k, top-p, min-p or penalty, so the
 // distribution the sampler draws from is the row's softmax.
-SamplingParams plain_sampling() { return SamplingParams{1.0f, 0, 1.0f, 0.0f, 1.0f, 64, 7}; }
+SamplingParams plain_sampling() {
+    SamplingParams s;
+    s.temperature = 1.0f;
+    s.top_k = 0;
+    s.top_p = 1.0f;
+    s.min_p = 0.0f;
+    s.seed = 7;
+    return s;
+}
 
 // A row as a draft's sparse distribution (ids of p > 0).
 std::vector<TokenProb> sparse(const std::vector<double>& p) {

@@ -4,7 +4,10 @@
 // from the JSON library; null for an optional parameter is its default.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -141,8 +144,7 @@ TEST_CASE("parse_generation: chat messages as SDKs send them: text parts, develo
 }
 
 TEST_CASE("parse_generation: a parameter specd does not implement is refused naming it; its off value is accepted", "[net][api]") {
-    for (const char* param : {R"("presence_penalty":0.5)", R"("frequency_penalty":99)", R"("logprobs":true)", R"("top_logprobs":3)",
-                              R"("logit_bias":{"50256":-100})", R"("echo":true)", R"("suffix":"end")", R"("best_of":2)",
+    for (const char* param : {R"("logprobs":true)", R"("top_logprobs":3)", R"("echo":true)", R"("suffix":"end")", R"("best_of":2)",
                               R"("tools":[{"type":"function","function":{"name":"f"}}])", R"("tool_choice":"required")",
                               R"("response_format":{"type":"json_object"})", R"("grammar":"root ::= \"a\"")"}) {
         const std::string body = std::string(R"({"prompt":"x",)") + param + "}";
@@ -160,4 +162,127 @@ TEST_CASE("parse_generation: a parameter specd does not implement is refused nam
         ApiKind::Completion, kLimits, plain_transcript, nullptr);
     CHECK(ok.include_usage);
     CHECK(ok.request.max_tokens == kLimits.default_max_tokens);
+}
+
+// ------------------------------------------- penalties and logit_bias ---
+
+namespace {
+// The same parameters through /v1/completions, /v1/chat/completions and a
+// WebSocket generate frame.
+std::vector<ParsedRequest> parsed_everywhere(const std::string& params, const RequestLimits& limits = kLimits) {
+    std::vector<ParsedRequest> out;
+    out.push_back(parse_generation(parse_json(R"({"prompt":"x",)" + params + "}"), ApiKind::Completion, limits, plain_transcript, nullptr));
+    out.push_back(parse_generation(parse_json(R"({"messages":[{"role":"user","content":"x"}],)" + params + "}"), ApiKind::Chat, limits,
+                                   plain_transcript, nullptr));
+    const WsContext ctx{&limits, false, plain_transcript, nullptr};
+    WsAction a = interpret_ws_message(R"({"type":"generate","id":"p","prompt":"x",)" + params + "}", ctx);
+    REQUIRE(a.kind == WsAction::Kind::Generate);
+    out.push_back(std::move(a.parsed));
+    return out;
+}
+
+// The field a bad value is refused under, on both HTTP endpoints and the WebSocket.
+void refused_everywhere(const std::string& params, const std::string& field, const RequestLimits& limits = kLimits,
+                        const std::string& says = "") {
+    INFO(params);
+    for (const ApiKind kind : {ApiKind::Completion, ApiKind::Chat}) {
+        const std::string body = kind == ApiKind::Chat ? R"({"messages":[{"role":"user","content":"x"}],)" + params + "}"
+                                                       : R"({"prompt":"x",)" + params + "}";
+        ApiError e{0, "", "", ""};
+        try {
+            parse_generation(parse_json(body), kind, limits, plain_transcript, nullptr);
+        } catch (const ApiError& caught) {
+            e = caught;
+        }
+        CHECK(e.status == 400);
+        CHECK(e.param == field);
+        CHECK_THAT(e.message, Catch::Contains(field));
+        if (!says.empty()) CHECK_THAT(e.message, Catch::Contains(says));
+    }
+    const WsContext ctx{&limits, false, plain_transcript, nullptr};
+    const WsAction a = interpret_ws_message(R"({"type":"generate","id":"p","prompt":"x",)" + params + "}", ctx);
+    REQUIRE(a.kind == WsAction::Kind::Reply);
+    CHECK_THAT(a.frame, Catch::Contains(field));
+}
+}  // namespace
+
+TEST_CASE("parse_generation: presence_penalty and frequency_penalty are honoured everywhere, counting the output (OpenAI)", "[net][api]") {
+    for (const ParsedRequest& p : parsed_everywhere(R"("presence_penalty":0.5,"frequency_penalty":-1.25)")) {
+        CHECK(p.request.sampling.presence_penalty == 0.5f);
+        CHECK(p.request.sampling.frequency_penalty == -1.25f);
+        CHECK(p.request.sampling.penalty_window == PenaltyWindow::Output);
+        CHECK_FALSE(p.request.sampling.plain_argmax());
+    }
+    for (const ParsedRequest& p : parsed_everywhere(R"("presence_penalty":2,"frequency_penalty":-2)")) {
+        CHECK(p.request.sampling.presence_penalty == 2.0f);
+        CHECK(p.request.sampling.frequency_penalty == -2.0f);
+    }
+    // null is the default (off).
+    for (const ParsedRequest& p : parsed_everywhere(R"("presence_penalty":null,"frequency_penalty":null,"logit_bias":null)")) {
+        CHECK(p.request.sampling.presence_penalty == 0.0f);
+        CHECK(p.request.sampling.frequency_penalty == 0.0f);
+        CHECK(p.request.sampling.logit_bias.empty());
+    }
+    refused_everywhere(R"("presence_penalty":2.5)", "presence_penalty");
+    refused_everywhere(R"("frequency_penalty":99)", "frequency_penalty");
+    refused_everywhere(R"("frequency_penalty":-2.01)", "frequency_penalty");
+    refused_everywhere(R"("presence_penalty":"0.5")", "presence_penalty");
+}
+
+TEST_CASE("parse_generation: repeat_last_n is llama-server's dialect: the penalties then count its window of prompt + output", "[net][api]") {
+    for (const ParsedRequest& p : parsed_everywhere(R"("repeat_last_n":32,"repeat_penalty":1.1,"presence_penalty":0.3)")) {
+        CHECK(p.request.sampling.repeat_last_n == 32);
+        CHECK(p.request.sampling.repeat_penalty == 1.1f);
+        CHECK(p.request.sampling.penalty_window == PenaltyWindow::LastN);
+    }
+    for (const ParsedRequest& p : parsed_everywhere(R"("repeat_last_n":-1)")) CHECK(p.request.sampling.repeat_last_n == -1);
+    refused_everywhere(R"("repeat_last_n":-2)", "repeat_last_n");
+    refused_everywhere(R"("repeat_last_n":1.5)", "repeat_last_n");
+}
+
+TEST_CASE("parse_generation: logit_bias as OpenAI's object or llama-server's pairs; ids outside the vocabulary are a 400 naming it",
+          "[net][api]") {
+    RequestLimits limits;
+    limits.n_vocab = 32000;
+    const auto sorted = [](std::vector<LogitBias> v) {
+        std::sort(v.begin(), v.end(), [](const LogitBias& a, const LogitBias& b) { return a.token < b.token; });
+        return v;
+    };
+    for (const ParsedRequest& p : parsed_everywhere(R"("logit_bias":{"15043":-100,"2":5.5,"31999":100})", limits)) {
+        const std::vector<LogitBias> b = sorted(p.request.sampling.logit_bias);
+        REQUIRE(b.size() == 3);
+        CHECK((b[0].token == 2 && b[0].bias == 5.5f));
+        CHECK((b[1].token == 15043 && b[1].bias == -100.0f));
+        CHECK((b[2].token == 31999 && b[2].bias == 100.0f));
+        CHECK_FALSE(p.request.sampling.plain_argmax());
+    }
+    for (const ParsedRequest& p : parsed_everywhere(R"("logit_bias":[[15043,false],[7,1]])", limits)) {
+        const std::vector<LogitBias> b = sorted(p.request.sampling.logit_bias);
+        REQUIRE(b.size() == 2);
+        CHECK((b[0].token == 7 && b[0].bias == 1.0f));
+        CHECK((b[1].token == 15043 && b[1].bias == -INFINITY));  // false: never
+    }
+    for (const char* empty : {R"("logit_bias":{})", R"("logit_bias":[])"}) {
+        for (const ParsedRequest& p : parsed_everywhere(empty, limits)) CHECK(p.request.sampling.logit_bias.empty());
+    }
+    refused_everywhere(R"("logit_bias":{"32000":1})", "logit_bias", limits, "outside the vocabulary");
+    refused_everywhere(R"("logit_bias":[[32000,1]])", "logit_bias", limits, "outside the vocabulary");
+    refused_everywhere(R"("logit_bias":[[-1,1]])", "logit_bias", limits, "outside the vocabulary");
+    refused_everywhere(R"("logit_bias":{"1":101})", "logit_bias", limits, "[-100, 100]");
+    refused_everywhere(R"("logit_bias":{"1":-100.5})", "logit_bias", limits);
+    refused_everywhere(R"("logit_bias":{"1":"5"})", "logit_bias", limits);
+    refused_everywhere(R"("logit_bias":{"1":true})", "logit_bias", limits);
+    refused_everywhere(R"("logit_bias":{"hello":1})", "logit_bias", limits, "token ids");
+    refused_everywhere(R"("logit_bias":[["hello",1]])", "logit_bias", limits, "token strings");
+    refused_everywhere(R"("logit_bias":[[1]])", "logit_bias", limits);
+    refused_everywhere(R"("logit_bias":[1,2])", "logit_bias", limits);
+    refused_everywhere(R"("logit_bias":"x")", "logit_bias", limits);
+    std::string many = R"("logit_bias":{)";
+    for (size_t i = 0; i <= kMaxLogitBias; ++i) {
+        if (i) many += ',';
+        many += '"';
+        many += std::to_string(i);
+        many += "\":1";
+    }
+    refused_everywhere(many + "}", "logit_bias", limits, "at most 300");
 }

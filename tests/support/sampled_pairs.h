@@ -48,6 +48,38 @@ inline std::map<int64_t, double> two_token_distribution(ForwardBackend& fwd, Pag
     return expected;
 }
 
+// P(second, third) under plain sampling, the first token summed out: the
+// third token is the first a speculative step can verify on a row whose
+// history holds a drafted token (row 1), where the penalties must count it.
+inline std::map<int64_t, double> second_third_distribution(ForwardBackend& fwd, PagedKvCache& kv, const std::vector<int32_t>& prompt,
+                                                           const SamplingParams& sampling) {
+    const int64_t V = fwd.n_vocab();
+    Sampler sampler(sampling, fwd.n_vocab());
+    const auto dist_after = [&](const std::vector<int32_t>& context, std::vector<TokenProb>& out) {
+        const int32_t s = kv.create_sequence();
+        auto logits = prefill(fwd, kv, s, context);
+        std::vector<float> l(logits.begin(), logits.end());
+        sampler.distribution(l.data(), context, out);
+        kv.free_sequence(s);
+    };
+    std::vector<TokenProb> d1, d2, d3;
+    std::map<int64_t, double> expected;
+    dist_after(prompt, d1);
+    for (const TokenProb& a : d1) {
+        std::vector<int32_t> c2 = prompt;
+        c2.push_back(a.id);
+        dist_after(c2, d2);
+        const std::vector<TokenProb> second = d2;
+        for (const TokenProb& b : second) {
+            std::vector<int32_t> c3 = c2;
+            c3.push_back(b.id);
+            dist_after(c3, d3);
+            for (const TokenProb& c : d3) expected[b.id * V + c.id] += static_cast<double>(a.p) * b.p * c.p;
+        }
+    }
+    return expected;
+}
+
 // One generation a pair comes from: 4 tokens, EOS not stopping, and a
 // fixed draft length (k must not depend on timing).
 inline GenerationParams pair_generation(const SamplingParams& sampling, uint64_t seed) {
@@ -65,15 +97,16 @@ struct SampledPairs {
 };
 
 // `n` generations of 4 tokens by `spec` with `sampling` (seeds seed0,
-// seed0 + 1, ...), drafting `draft_max` tokens a step (fixed k).
+// seed0 + 1, ...), drafting `draft_max` tokens a step (fixed k); the pair
+// is tokens [first, first + 1] of each.
 inline SampledPairs sample_pairs(SpeculativeDecoder& spec, int32_t n_vocab, const std::vector<int32_t>& prompt,
-                                 const SamplingParams& sampling, int64_t n, uint64_t seed0, int32_t draft_max = 3) {
+                                 const SamplingParams& sampling, int64_t n, uint64_t seed0, int32_t draft_max = 3, size_t first = 0) {
     SampledPairs out;
     out.n = n;
     for (int64_t i = 0; i < n; ++i) {
         const SpeculativeResult r = spec.generate(prompt, pair_generation(sampling, seed0 + static_cast<uint64_t>(i)), fixed_draft(draft_max));
         REQUIRE(r.tokens.size() == 4);
-        ++out.observed[r.tokens[0] * static_cast<int64_t>(n_vocab) + r.tokens[1]];
+        ++out.observed[r.tokens[first] * static_cast<int64_t>(n_vocab) + r.tokens[first + 1]];
         out.drafted += r.stats.n_drafted;
     }
     return out;

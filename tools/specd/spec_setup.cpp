@@ -16,7 +16,12 @@ void add_sampling_flags(CLI::App* cmd, SamplingParams& s) {
     cmd->add_option("--top-p", s.top_p, "top-p sampling; 1.0 = off")->capture_default_str();
     cmd->add_option("--min-p", s.min_p, "min-p sampling; 0.0 = off")->capture_default_str();
     cmd->add_option("--repeat-penalty", s.repeat_penalty, "penalise repeated tokens; 1.0 = off")->capture_default_str();
-    cmd->add_option("--repeat-last-n", s.repeat_last_n, "last n tokens the penalty looks at")->capture_default_str();
+    cmd->add_option("--repeat-last-n", s.repeat_last_n, "last n tokens the penalties look at")->capture_default_str();
+    cmd->add_option("--presence-penalty", s.presence_penalty, "subtracted once from a token in the last n; 0.0 = off")->capture_default_str();
+    cmd->add_option("--frequency-penalty", s.frequency_penalty, "subtracted per occurrence in the last n; 0.0 = off")->capture_default_str();
+    // As llama-cli: the presence and frequency penalties count the last
+    // repeat_last_n tokens of prompt + output, as the repetition penalty does.
+    s.penalty_window = PenaltyWindow::LastN;
     cmd->add_option("-s,--seed", s.seed, "RNG seed (default: random)");
 }
 

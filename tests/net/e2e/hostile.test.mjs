@@ -372,7 +372,8 @@ const FIXED_VALUES = ["null", "true", "false", "0", "-0", "1", "-1", "1.5", "2.5
 const NUMBER = ["number"], INTEGER = ["integer"], BOOL = ["boolean"];
 const PARAMS = {
     max_tokens: INTEGER, max_completion_tokens: INTEGER, n_predict: INTEGER, temperature: NUMBER, top_p: NUMBER, top_k: INTEGER,
-    min_p: NUMBER, repeat_penalty: NUMBER, seed: INTEGER, n: INTEGER, stop: ["array", "string"], stream: BOOL, model: ["string"],
+    min_p: NUMBER, repeat_penalty: NUMBER, repeat_last_n: INTEGER, presence_penalty: NUMBER, frequency_penalty: NUMBER,
+    logit_bias: ["object", "array"], seed: INTEGER, n: INTEGER, stop: ["array", "string"], stream: BOOL, model: ["string"],
     speculative: ["object"], "speculative.enabled": BOOL, "speculative.draft_max": INTEGER, "speculative.adaptive": BOOL,
 };
 function typeFits(valueText, types) {

@@ -116,11 +116,50 @@ async function main() {
             assert(chunks.every((c) => typeof c.system_fingerprint === "string"), "a chunk without system_fingerprint");
             return `${chunks.length} chunks, usage ${JSON.stringify(last.usage)}`;
         }],
+        ["presence_penalty, frequency_penalty and logit_bias are honoured: greedy text changes, alike with speculation on and off, streamed and not", async () => {
+            assert(completion !== null, "needs completions.create");
+            const headers = { "content-type": "application/json", authorization: `Bearer ${process.env.SPECD_API_KEY || "none"}` };
+            const tok = await fetch(base + "/tokenize", { method: "POST", headers, body: JSON.stringify({ content: " there" }) });
+            const ids = (await tok.json()).tokens;
+            assert(Array.isArray(ids) && ids.length > 0, `/tokenize gave ${JSON.stringify(ids)}`);
+            const banned = ids.at(-1);
+            const variants = [["logit_bias", { logit_bias: { [String(banned)]: -100 } }],
+                              ["presence_penalty + frequency_penalty", { presence_penalty: 2, frequency_penalty: 2 }],
+                              ["frequency_penalty", { frequency_penalty: 1.5 }]];
+            const seen = [];
+            for (const [name, params] of variants) {
+                let reference = null;
+                for (const enabled of [true, false]) {
+                    const r = await client.completions.create({ model, ...COMPLETION, ...params, speculative: { enabled } });
+                    const text = r.choices[0].text;
+                    const stream = await client.completions.create({ model, ...COMPLETION, ...params, stream: true, speculative: { enabled } });
+                    let streamed = "";
+                    for await (const chunk of stream) streamed += (chunk.choices && chunk.choices[0] && chunk.choices[0].text) || "";
+                    assert(streamed === text, `${name}, speculative ${enabled}: streamed ${show(streamed)} vs ${show(text)}`);
+                    if (reference === null) reference = text;
+                    assert(text === reference, `${name}: speculation on gave ${show(reference)}, off ${show(text)}`);
+                }
+                assert(reference !== completion, `${name} was ignored: the text is the unpenalised one, ${show(reference)}`);
+                seen.push(`${name}: ${show(reference)}`);
+            }
+            const r = await client.chat.completions.create({ model, ...CHAT, presence_penalty: 1, frequency_penalty: 1, logit_bias: { [String(banned)]: -100 } });
+            assert(r.choices[0].message.content.length > 0, "chat with penalties gave no content");
+            for (const [param, value] of [["presence_penalty", 2.5], ["frequency_penalty", 99], ["frequency_penalty", -3], ["logit_bias", { "99999999": 1 }],
+                                          ["logit_bias", { "1": 200 }], ["logit_bias", { hello: 1 }]]) {
+                try {
+                    await client.chat.completions.create({ model, ...CHAT, [param]: value });
+                    throw new Error(`${param} ${JSON.stringify(value)} was accepted`);
+                } catch (e) {
+                    if (!(e instanceof APIError) || e.status !== 400) throw e;
+                    assert(e.param === param || (e.error && e.error.param === param), `${param}: the error names ${e.param}`);
+                }
+            }
+            return seen.join("; ");
+        }],
         ["parameters specd does not implement are refused with a 400 naming them, never ignored", async () => {
             assert(model, "needs models.list");
             const refused = [];
-            for (const [param, value] of [["presence_penalty", 0.5], ["frequency_penalty", 99], ["logprobs", true], ["top_logprobs", 2],
-                                          ["response_format", { type: "json_object" }], ["logit_bias", { "1": 5 }],
+            for (const [param, value] of [["logprobs", true], ["top_logprobs", 2], ["response_format", { type: "json_object" }],
                                           ["tools", [{ type: "function", function: { name: "f", parameters: {} } }]], ["tool_choice", "required"]]) {
                 try {
                     await client.chat.completions.create({ model, ...CHAT, [param]: value, ...(param === "top_logprobs" ? { logprobs: false } : {}) });
