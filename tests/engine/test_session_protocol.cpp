@@ -389,6 +389,7 @@ TEST_CASE("session protocol: drafts send only the changed context; a resync rese
     auto a = take(*p);
     REQUIRE(kinds(a) == "Draft Emit");
     P::Draft& d1 = get<P::Draft>(a, 0);
+    const auto d1_id = d1.id;  // d1 lives in `a`, which the next take() replaces
     CHECK_FALSE(d1.prefetch);
     CHECK(d1.k == 2);
     CHECK(d1.update.keep == 0);
@@ -421,7 +422,7 @@ TEST_CASE("session protocol: drafts send only the changed context; a resync rese
     REQUIRE(kinds(a) == "Verify");
     CHECK(get<P::Verify>(a, 0).job.tokens == std::vector<int32_t>{kD});
     // A reply to a draft request nobody waits for is ignored.
-    p->on_draft_reply(d1.id, false, draft_reply({kE}, *p));
+    p->on_draft_reply(d1_id, false, draft_reply({kE}, *p));
     CHECK(take(*p).empty());
 }
 
