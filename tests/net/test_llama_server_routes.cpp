@@ -142,6 +142,9 @@ TEST_CASE("llama-server endpoints: /props shows the defaults a request gets; /sl
     CHECK(settings["params"]["n_predict"] == 77);
     CHECK(settings["params"]["temperature"].get<double>() == Approx(SamplingParams{}.temperature));
     CHECK(settings["params"]["top_k"] == SamplingParams{}.top_k);
+    CHECK(settings["params"]["presence_penalty"].get<double>() == 0.0);
+    CHECK(settings["params"]["frequency_penalty"].get<double>() == 0.0);
+    CHECK(settings["params"]["logit_bias"] == json::array());
     CHECK(props.body["total_slots"] == 4);
     CHECK(props.body["model_path"] == test::model_path("stories15M-q8_0.gguf"));
     CHECK(props.body["chat_template"] == rt.chat_template_text());
