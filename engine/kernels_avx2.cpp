@@ -364,20 +364,16 @@ inline __m256i dot_u8_s8(__m256i codes, const int8_t* a) {
     return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
 }
 
-// Most activation rows whose accumulators stay in registers.
-constexpr int kKqRows = 4;
-
-// Q4_K or Q5_K (Block) for weight row n and activation rows t0 .. t0+NR.
-template <class Block, int NR>
-inline __attribute__((always_inline)) void q4_k_row(const Block* blocks, int64_t nsb, const PreparedInput& x, int t0,
-                                                    float* y, int64_t ldy) {
+// Q4_K or Q5_K (Block): for one weight row and every activation row t,
+// sums[t * ld + 8 sb + j] = sum over block j of super-block sb of
+// code * xq (unsigned codes 0..31, int8 activations): exact integers, so
+// the tiles' float steps (kq_block_fma8) can follow in their order.
+template <class Block>
+inline __attribute__((always_inline)) void q4_k_row_sums(const Block* blocks, int64_t nsb, const PreparedInput& x,
+                                                         int32_t* sums, int64_t ld) {
     const int rows = x.rows();
     const int64_t st = static_cast<int64_t>(rows) * 32;  // int8 between blocks b and b+1 of one row
-    const __m256i meta_idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14), _mm256_set1_epi32(rows));
     const __m256i low4 = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
-    __m256 acc[NR];   // d*sc*dx * sum(q*xq), per lane
-    __m256 accm[NR];  // dmin*m*dx * sum(xq), per group
-    for (int r = 0; r < NR; ++r) acc[r] = accm[r] = _mm256_setzero_ps();
     for (int64_t sb = 0; sb < nsb; ++sb) {
         const Block& b = blocks[sb];
         for (size_t o = 0; o < sizeof(Block); o += 64) {
@@ -397,37 +393,17 @@ inline __attribute__((always_inline)) void q4_k_row(const Block* blocks, int64_t
                 c[g] = _mm256_or_si256(c[g], _mm256_slli_epi16(bit, 4));
             }
         }
-        const __m128i sm = q4_k_scale_bytes(b.scales);
-        const __m256 dsc = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b.d)), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(sm)));
-        const __m256 dm = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b.dmin)),
-                                        _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(sm, 8))));
-        for (int r = 0; r < NR; ++r) {
-            const int8_t* a = x.q8_block(8 * sb, t0 + r);
-            const QuantMeta* m = x.q8_meta(8 * sb, t0 + r);
-            __m256 dx;
-            __m256i sums;
-            if (rows == 1) {  // the 8 {corr, d} pairs are contiguous: deinterleave
-                const __m256i m0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(m));
-                const __m256i m1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(m + 4));
-                const __m256i even = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
-                const __m256i p0 = _mm256_permutevar8x32_epi32(m0, even), p1 = _mm256_permutevar8x32_epi32(m1, even);
-                sums = _mm256_permute2x128_si256(p0, p1, 0x20);
-                dx = _mm256_castsi256_ps(_mm256_permute2x128_si256(p0, p1, 0x31));
-            } else {
-                dx = _mm256_i32gather_ps(&m->d, meta_idx, 4);
-                sums = _mm256_i32gather_epi32(&m->corr, meta_idx, 4);
-            }
-            const __m256 s = _mm256_mul_ps(dsc, dx);
-            __m256 f = acc[r];
-            for (int g = 0; g < 8; ++g) {
-                const __m256 sg = _mm256_permutevar8x32_ps(s, _mm256_set1_epi32(g));
-                f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_u8_s8(c[g], a + g * st)), sg, f);
-            }
-            acc[r] = f;
-            accm[r] = _mm256_fmadd_ps(_mm256_mul_ps(dm, dx), _mm256_cvtepi32_ps(sums), accm[r]);
+        for (int t = 0; t < rows; ++t) {
+            const int8_t* a = x.q8_block(8 * sb, t);  // block 8sb + g at a + g*st
+            __m256i v[8];  // v[g]: block g's 8 dword sums
+            for (int g = 0; g < 8; ++g) v[g] = dot_u8_s8(c[g], a + g * st);
+            // u0 halves: [v0..v3 summed over their low 4 dwords | over their high 4]; u1: v4..v7.
+            const __m256i u0 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+            const __m256i u1 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(sums + t * ld + 8 * sb),
+                                _mm256_add_epi32(_mm256_permute2x128_si256(u0, u1, 0x20), _mm256_permute2x128_si256(u0, u1, 0x31)));
         }
     }
-    for (int r = 0; r < NR; ++r) y[(t0 + r) * ldy] = hsum8(acc[r]) - hsum8(accm[r]);
 }
 
 // Q3_K's sixteen 6-bit scales minus 32, as int8.
@@ -444,44 +420,32 @@ inline __m128i q3_k_scales(const uint8_t* s) {
     return _mm_sub_epi8(u, _mm_set1_epi8(32));
 }
 
-// Q6_K or Q3_K (Block) for weight row n and activation rows t0 .. t0+NR:
-// unsigned codes (Q6_K: q, 0..63; Q3_K: q + 4 * high bit, 0..7) offset by
-// 32 or 4, sixteen groups of 16 with int8 scales.
-// Q2_K joins them with codes q (0..3), no offset, and a second scale per
-// group for its min: x = d*(sc & 15) * q - dmin*(sc >> 4).
-template <class Block, int NR>
-inline __attribute__((always_inline)) void q6_k_row(const Block* blocks, int64_t nsb, const PreparedInput& x, int t0,
-                                                    float* y, int64_t ldy) {
+// Q6_K, Q3_K or Q2_K (Block): for one weight row and every activation row
+// t, sums[t * ld + 16 sb + g] = sum over group g (of 16 weights) of
+// super-block sb of code * xq, the codes unsigned (Q6_K: q, 0..63; Q3_K:
+// q + 4 * high bit, 0..7; Q2_K: q, 0..3): exact integers; the offsets
+// (32, 4) and Q2_K's mins are applied by the float steps (kq_block_fma8).
+template <class Block>
+inline __attribute__((always_inline)) void q6_k_row_sums(const Block* blocks, int64_t nsb, const PreparedInput& x,
+                                                         int32_t* sums, int64_t ld) {
     constexpr bool kQ3 = std::is_same_v<Block, BlockQ3_K>, kQ2 = std::is_same_v<Block, BlockQ2_K>;
     const int rows = x.rows();
     const int64_t st = static_cast<int64_t>(rows) * 32;
     const __m256i low4 = _mm256_set1_epi8(0x0f), low2 = _mm256_set1_epi8(0x03);
-    const __m256i k32 = _mm256_set1_epi8(kQ2 ? 1 : kQ3 ? 4 : 32);  // the offset (Q2_K: ones, for the group sums)
-    // Lanes 0..3 take scale 2j, lanes 4..7 scale 2j+1, for the j-th 32 weights.
-    const __m128i pat0 = _mm_setr_epi8(0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
-    __m256 acc[NR];  // d*sc*dx * sum((q-32)*xq), per lane
-    for (int r = 0; r < NR; ++r) acc[r] = _mm256_setzero_ps();
+    // u halves hold groups [0, 2, 4, 6 | 1, 3, 5, 7] (+ 8 for the second): to group order.
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
     for (int64_t sb = 0; sb < nsb; ++sb) {
         const Block& b = blocks[sb];
         for (size_t o = 0; o < sizeof(Block); o += 64) {
             _mm_prefetch(reinterpret_cast<const char*>(&b) + kQPrefetchBytes + o, _MM_HINT_T1);
         }
-        const __m256 d = _mm256_set1_ps(_cvtsh_ss(b.d));
         __m256i c[8];  // codes of weights 32j .. 32j+31
-        __m256 s[8];   // d * the scale of each lane's 16 weights
-        __m256 s2[8];  // Q2_K: dmin * the min of each lane's 16 weights
-        __m128i sc;    // the 16 int8 scales
-        __m128i mins;  // Q2_K: the 16 mins
         if constexpr (kQ2) {
-            const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales));
-            sc = _mm_and_si128(raw, _mm_set1_epi8(0x0f));
-            mins = _mm_and_si128(_mm_srli_epi16(raw, 4), _mm_set1_epi8(0x0f));
             for (int h = 0; h < 2; ++h) {
                 const __m256i qs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 32 * h));
                 for (int j = 0; j < 4; ++j) c[4 * h + j] = _mm256_and_si256(_mm256_srl_epi16(qs, _mm_cvtsi32_si128(2 * j)), low2);
             }
         } else if constexpr (kQ3) {
-            sc = q3_k_scales(b.scales);
             // Weights 32j + l of half h: bits 2j of qs[32h + l], bit 4h + j of hmask[l].
             const __m256i hm = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.hmask));
             const __m256i one = _mm256_set1_epi8(1);
@@ -494,7 +458,6 @@ inline __attribute__((always_inline)) void q6_k_row(const Block* blocks, int64_t
                 }
             }
         } else {
-            sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales));
             for (int h = 0; h < 2; ++h) {
                 const __m256i ql0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.ql + 64 * h));
                 const __m256i ql1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.ql + 64 * h + 32));
@@ -508,60 +471,15 @@ inline __attribute__((always_inline)) void q6_k_row(const Block* blocks, int64_t
                 c[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4), high(6));
             }
         }
-        for (int j = 0; j < 8; ++j) {
-            const __m128i pat = _mm_add_epi8(pat0, _mm_set1_epi8(static_cast<char>(2 * j)));
-            s[j] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_shuffle_epi8(sc, pat))));
-            if constexpr (kQ2) {
-                s2[j] = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b.dmin)),
-                                      _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_shuffle_epi8(mins, pat))));
+        for (int t = 0; t < rows; ++t) {
+            const int8_t* a = x.q8_block(8 * sb, t);  // block 8sb + j at a + j*st
+            __m256i v[8];  // v[j]: dwords 0..3 = group 2j, 4..7 = group 2j + 1
+            for (int j = 0; j < 8; ++j) v[j] = dot_u8_s8(c[j], a + j * st);
+            for (int q = 0; q < 2; ++q) {  // groups 8q .. 8q+7
+                const __m256i* w = v + 4 * q;
+                const __m256i u = _mm256_hadd_epi32(_mm256_hadd_epi32(w[0], w[1]), _mm256_hadd_epi32(w[2], w[3]));
+                _mm256_storeu_si256(reinterpret_cast<__m256i*>(sums + t * ld + 16 * sb + 8 * q), _mm256_permutevar8x32_epi32(u, order));
             }
-        }
-        for (int r = 0; r < NR; ++r) {
-            const int8_t* a = x.q8_block(8 * sb, t0 + r);
-            const QuantMeta* m = x.q8_meta(8 * sb, t0 + r);
-            __m256 f = acc[r];
-            for (int j = 0; j < 8; ++j) {
-                const __m256i av = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + j * st));
-                const __m256 dx = _mm256_set1_ps(m[j * rows].d);
-                if constexpr (kQ2) {
-                    const __m256i iq = _mm256_madd_epi16(_mm256_maddubs_epi16(c[j], av), _mm256_set1_epi16(1));
-                    const __m256i ia = _mm256_madd_epi16(_mm256_maddubs_epi16(k32, av), _mm256_set1_epi16(1));
-                    f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(iq), _mm256_mul_ps(s[j], dx), f);
-                    f = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(ia), _mm256_mul_ps(s2[j], dx), f);
-                } else {
-                    const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(c[j], av), _mm256_maddubs_epi16(k32, av));
-                    const __m256i i = _mm256_madd_epi16(p, _mm256_set1_epi16(1));
-                    f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i), _mm256_mul_ps(s[j], dx), f);
-                }
-            }
-            acc[r] = f;
-        }
-    }
-    for (int r = 0; r < NR; ++r) y[(t0 + r) * ldy] = hsum8(acc[r]);
-}
-
-template <class Block, int NR>
-void kq_rows_n(int nr, const Block* blocks, int64_t nsb, const PreparedInput& x, int t0, float* y, int64_t ldy) {
-    if constexpr (NR > 0) {
-        if (nr == NR) {
-            if constexpr (std::is_same_v<Block, BlockQ4_K> || std::is_same_v<Block, BlockQ5_K>) q4_k_row<Block, NR>(blocks, nsb, x, t0, y, ldy);
-            else q6_k_row<Block, NR>(blocks, nsb, x, t0, y, ldy);
-            return;
-        }
-        kq_rows_n<Block, NR - 1>(nr, blocks, nsb, x, t0, y, ldy);
-    }
-}
-
-// Weight row by weight row (each read once from memory; its codes decoded
-// once per group of up to kKqRows activation rows).
-template <class Block>
-void kq_matmul(const unsigned char* W, size_t rb, const PreparedInput& x, float* y, int64_t ldy, int64_t n0, int64_t n1) {
-    const int64_t nsb = x.k() / kSuperBlock;
-    const int rows = x.rows();
-    for (int64_t n = n0; n < n1; ++n) {
-        const Block* blocks = reinterpret_cast<const Block*>(W + n * rb);
-        for (int t0 = 0; t0 < rows; t0 += kKqRows) {
-            kq_rows_n<Block, kKqRows>(std::min(kKqRows, rows - t0), blocks, nsb, x, t0, y + n, ldy);
         }
     }
 }
@@ -627,7 +545,9 @@ inline __m256i bits_at8(__m256i v, int sh, int mask, int to) {
 template <class Block>
 constexpr bool kGroups16 = !std::is_same_v<Block, BlockQ4_K> && !std::is_same_v<Block, BlockQ5_K>;
 
-template <class Block>
+// Decodes super-block `sb` of the 8 weight rows at rp (rows past the last
+// valid one repeat it) into t: the scales and mins, and (kCodes) the codes.
+template <class Block, bool kCodes = true>
 inline __attribute__((always_inline)) void decode_ktile8(const unsigned char* const rp[8], int64_t sb, KTile8& t) {
     const size_t off = static_cast<size_t>(sb) * sizeof(Block);
     if constexpr (std::is_same_v<Block, BlockQ4_K> || std::is_same_v<Block, BlockQ5_K>) {
@@ -645,6 +565,7 @@ inline __attribute__((always_inline)) void decode_ktile8(const unsigned char* co
             t.s[j] = _mm256_mul_ps(d, byte_u8(sm, j));
             t.m[j] = _mm256_mul_ps(dmin, byte_u8(sm, 8 + j));
         }
+        if constexpr (!kCodes) return;
         __m256i qh[8];
         if constexpr (kQ5) transpose8x32(rp, off + offsetof(BlockQ5_K, qh), qh);
         for (int st = 0; st < 4; ++st) {
@@ -668,6 +589,7 @@ inline __attribute__((always_inline)) void decode_ktile8(const unsigned char* co
             t.s[h] = _mm256_mul_ps(d, byte_s8(sc, h));
             t.m[h] = _mm256_mul_ps(_mm256_set1_ps(32.0f), t.s[h]);
         }
+        if constexpr (!kCodes) return;
         for (int hf = 0; hf < 2; ++hf) {
             __m256i a[8], b[8], c[8];
             transpose8x32(rp, off + offsetof(BlockQ6_K, ql) + 64 * hf, a);
@@ -694,6 +616,7 @@ inline __attribute__((always_inline)) void decode_ktile8(const unsigned char* co
             t.s[h] = _mm256_mul_ps(d, byte_s8(sc, h));
             t.m[h] = _mm256_mul_ps(_mm256_set1_ps(4.0f), t.s[h]);
         }
+        if constexpr (!kCodes) return;
         __m256i hm[8];
         transpose8x32(rp, off + offsetof(BlockQ3_K, hmask), hm);
         for (int hf = 0; hf < 2; ++hf) {
@@ -714,6 +637,7 @@ inline __attribute__((always_inline)) void decode_ktile8(const unsigned char* co
             t.s[h] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_and_si256(v, _mm256_set1_epi32(0x0f))));
             t.m[h] = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(v, 4), _mm256_set1_epi32(0x0f))));
         }
+        if constexpr (!kCodes) return;
         for (int hf = 0; hf < 2; ++hf) {
             __m256i q[8];
             transpose8x32(rp, off + offsetof(BlockQ2_K, qs) + 32 * hf, q);
@@ -753,6 +677,27 @@ inline void store_lanes(float* out, __m256 v, int nv, bool accumulate) {
     for (int i = 0; i < nv; ++i) out[i] = accumulate ? out[i] + a[i] : a[i];
 }
 
+// One block j (of 32 weights) of a super-block added to f, lane i = weight
+// row i: i0, i1 = sum(code * xq) over its first and second 16 weights (or
+// any split of the block's sum: Q4_K/Q5_K add them first); dx and hs of the
+// activation row. Every K-quant path takes this order (each super-block's
+// chain from zero, then added to the output), so a row's result has the
+// same bits in any batch.
+template <class Block>
+inline __attribute__((always_inline)) __m256 kq_block_fma8(__m256 f, const KTile8& t, int j, __m256i i0, __m256i i1, float dx_s,
+                                                           const HalfSums& hs) {
+    const __m256 dx = _mm256_set1_ps(dx_s);
+    if constexpr (kGroups16<Block>) {
+        f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i0), _mm256_mul_ps(t.s[2 * j], dx), f);
+        f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i1), _mm256_mul_ps(t.s[2 * j + 1], dx), f);
+        f = _mm256_fnmadd_ps(t.m[2 * j], _mm256_set1_ps(hs.lo), f);
+        return _mm256_fnmadd_ps(t.m[2 * j + 1], _mm256_set1_ps(hs.hi), f);
+    } else {
+        f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(i0, i1)), _mm256_mul_ps(t.s[j], dx), f);
+        return _mm256_fnmadd_ps(t.m[j], _mm256_set1_ps(hs.lo + hs.hi), f);
+    }
+}
+
 // y[t][0..nv) (+)= activation rows t0 .. t0+NR against super-block sb's tile.
 template <class Block, int NR>
 inline __attribute__((always_inline)) void ktile8_rows(const KTile8& t, const PreparedInput& x, int64_t sb, int t0, float* y,
@@ -764,19 +709,7 @@ inline __attribute__((always_inline)) void ktile8_rows(const KTile8& t, const Pr
         for (int r = 0; r < NR; ++r) {
             const int8_t* q = x.q8_block(b, t0 + r);
             const __m256i i0 = dot16<Block>(t.c[j], q), i1 = dot16<Block>(t.c[j] + 4, q + 16);
-            const __m256 dx = _mm256_set1_ps(x.q8_scale(b, t0 + r));
-            const HalfSums hs = *x.half_sums(b, t0 + r);
-            __m256 f = F[r];
-            if constexpr (kGroups16<Block>) {
-                f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i0), _mm256_mul_ps(t.s[2 * j], dx), f);
-                f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i1), _mm256_mul_ps(t.s[2 * j + 1], dx), f);
-                f = _mm256_fnmadd_ps(t.m[2 * j], _mm256_set1_ps(hs.lo), f);
-                f = _mm256_fnmadd_ps(t.m[2 * j + 1], _mm256_set1_ps(hs.hi), f);
-            } else {
-                f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(i0, i1)), _mm256_mul_ps(t.s[j], dx), f);
-                f = _mm256_fnmadd_ps(t.m[j], _mm256_set1_ps(hs.lo + hs.hi), f);
-            }
-            F[r] = f;
+            F[r] = kq_block_fma8<Block>(F[r], t, j, i0, i1, x.q8_scale(b, t0 + r), *x.half_sums(b, t0 + r));
         }
     }
     for (int r = 0; r < NR; ++r) store_lanes(y + (t0 + r) * ldy, F[r], nv, accumulate);
@@ -815,15 +748,67 @@ void kq_tile_matmul(const unsigned char* W, size_t rb, const PreparedInput& x, f
     }
 }
 
+// One weight row at a time (lanes along K, a pure weight stream: the
+// fastest shape for one activation row), in two passes per 8 weight rows:
+// each row's integer group sums for every activation row into a buffer,
+// then the tiles' float steps (kq_block_fma8, each super-block's chain added
+// to the output) over those sums transposed, so each output has the tiles'
+// bits.
+template <class Block>
+void kq_stream_matmul(const unsigned char* W, size_t rb, const PreparedInput& x, float* y, int64_t ldy, int64_t n0, int64_t n1) {
+    constexpr int G = kGroups16<Block> ? 16 : 8;  // integer sums per super-block
+    const int64_t nsb = x.k() / kSuperBlock;
+    const int rows = x.rows();
+    const int64_t ld = nsb * G;  // sums of one (weight row, activation row)
+    thread_local std::vector<int32_t> sums;  // (8, rows, nsb * G): weight row i of the 8, activation row t
+    if (sums.size() < static_cast<size_t>(8 * rows * ld)) sums.resize(static_cast<size_t>(8 * rows * ld));
+    KTile8 t;
+    for (int64_t n = n0; n < n1; n += 8) {
+        const int nv = static_cast<int>(std::min<int64_t>(8, n1 - n));
+        const unsigned char* rp[8];  // weight row n + i; rows past n1 repeat the last (never stored)
+        for (int i = 0; i < 8; ++i) rp[i] = W + (n + std::min(i, nv - 1)) * static_cast<int64_t>(rb);
+        for (int i = 0; i < nv; ++i) {
+            const Block* blocks = reinterpret_cast<const Block*>(rp[i]);
+            if constexpr (kGroups16<Block>) q6_k_row_sums<Block>(blocks, nsb, x, &sums[static_cast<size_t>(i * rows) * ld], ld);
+            else q4_k_row_sums<Block>(blocks, nsb, x, &sums[static_cast<size_t>(i * rows) * ld], ld);
+        }
+        for (int r = 0; r < rows; ++r) {
+            const unsigned char* sp[8];  // the sums of weight row n + i against activation row r
+            for (int i = 0; i < 8; ++i) sp[i] = reinterpret_cast<const unsigned char*>(&sums[static_cast<size_t>(std::min(i, nv - 1) * rows + r) * ld]);
+            __m256 out = _mm256_setzero_ps();
+            for (int64_t sb = 0; sb < nsb; ++sb) {
+                decode_ktile8<Block, false>(rp, sb, t);
+                __m256i is[16];  // is[g] lane i = sum g of super-block sb, weight row i
+                const size_t off = static_cast<size_t>(sb * G) * sizeof(int32_t);
+                transpose8x32(sp, off, is);
+                if constexpr (G == 16) transpose8x32(sp, off + 32, is + 8);
+                __m256 f = _mm256_setzero_ps();
+                for (int j = 0; j < 8; ++j) {
+                    const int64_t b = 8 * sb + j;
+                    if constexpr (G == 16) f = kq_block_fma8<Block>(f, t, j, is[2 * j], is[2 * j + 1], x.q8_scale(b, r), *x.half_sums(b, r));
+                    else f = kq_block_fma8<Block>(f, t, j, is[j], _mm256_setzero_si256(), x.q8_scale(b, r), *x.half_sums(b, r));
+                }
+                out = sb == 0 ? f : _mm256_add_ps(f, out);
+            }
+            store_lanes(y + r * ldy + n, out, nv, false);
+        }
+    }
+}
+
+// The stream for one activation row, tiles for more: both give the same
+// bits (kq_block_fma8), so the choice is speed only.
 template <class Block>
 void kq_matmul_auto(const unsigned char* W, size_t rb, const PreparedInput& x, float* y, int64_t ldy, int64_t n0, int64_t n1) {
-    // Q2_K's row kernel (two scales per group) is slower than its tiles even
-    // for one row (0.55-0.58x in the bench).
-    if (x.rows() < kKTileMinRows && !std::is_same_v<Block, BlockQ2_K>) kq_matmul<Block>(W, rb, x, y, ldy, n0, n1);
+    // Q2_K's stream (codes of 2 bits: the weight stream is short, the float
+    // steps dominate) was slower than its tiles even for one row.
+    if (x.rows() < kKTileMinRows && !std::is_same_v<Block, BlockQ2_K>) kq_stream_matmul<Block>(W, rb, x, y, ldy, n0, n1);
     else kq_tile_matmul<Block>(W, rb, x, y, ldy, n0, n1);
 }
 
 // ------------------------- q5_0 / q5_1 / iq4_nl (and iq4_xs), q8 activations ---
+// Most activation rows whose accumulators stay in registers.
+constexpr int kKqRows = 4;
+
 // The 32-weight types llama.cpp falls back to (rows not a multiple of 256),
 // one weight row at a time, per block b: x_j = d_b * code_j + c_b, so
 // dot(w, x) = sum_b dx_b * (d_b * sum(code * xq) + c_b * sum(xq)), with
@@ -983,7 +968,7 @@ void matmul_kq_path_avx2(KqPath path, TensorType type, const void* W, const Prep
     const size_t rb = tensor_row_bytes(type, x.k());
     auto run = [&](auto block) {
         using Block = decltype(block);
-        if (path == KqPath::Rows) kq_matmul<Block>(w, rb, x, y, ldy, n0, n1);
+        if (path == KqPath::Rows) kq_stream_matmul<Block>(w, rb, x, y, ldy, n0, n1);
         else kq_tile_matmul<Block>(w, rb, x, y, ldy, n0, n1);
     };
     switch (type) {

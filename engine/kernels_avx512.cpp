@@ -901,28 +901,17 @@ SPECD_INLINE void prefetch_ahead(const void* p) {
     for (size_t o = 0; o < Bytes; o += 64) _mm_prefetch(c + o, _MM_HINT_T1);
 }
 
-// Most activation rows whose accumulators stay in registers.
-constexpr int kKqRows = 8;
-
-// Q4_K or Q5_K (Block) for weight row n and activation rows t0 .. t0+NR.
-template <class Block, int NR>
-SPECD_INLINE void q4_k_row(const Block* blocks, int64_t nsb, const PreparedInput& x, int t0, float* y, int64_t ldy) {
+// Q4_K or Q5_K (Block): for one weight row and every activation row t,
+// sums[t * ld + 8 sb + j] = sum over block j of super-block sb of
+// code * xq (unsigned codes 0..31, int8 activations): exact integers, so
+// the tiles' float steps (kq_block_fma) can follow in their order.
+template <class Block>
+SPECD_INLINE void q4_k_row_sums(const Block* blocks, int64_t nsb, const PreparedInput& x, int32_t* sums, int64_t ld) {
     const int rows = x.rows();
     const int64_t st = static_cast<int64_t>(rows) * 32;  // int8 between blocks b and b+1 of one row
-    // Lanes 0..7 take group a's value, 8..15 group b's.
-    const __m512i g02 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2);
-    const __m512i g13 = _mm512_add_epi32(g02, _mm512_set1_epi32(1));
-    const __m512i g46 = _mm512_add_epi32(g02, _mm512_set1_epi32(4));
-    const __m512i g57 = _mm512_add_epi32(g02, _mm512_set1_epi32(5));
-    const __m256i meta_idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(rows));
     const __m512i low4 = _mm512_set1_epi8(0x0f);
-    __m512 acc[NR];   // d*sc*dx * sum(q*xq), per lane
-    __m256 accm[NR];  // dmin*m*dx * sum(xq), per group
-    SPECD_UNROLL
-    for (int r = 0; r < NR; ++r) {
-        acc[r] = _mm512_setzero_ps();
-        accm[r] = _mm256_setzero_ps();
-    }
+    // z lanes 0,1,2,3 = blocks 0,1,4,5 and lanes 8,9,10,11 = blocks 2,3,6,7 (below): to block order.
+    const __m512i order = _mm512_setr_epi32(0, 1, 8, 9, 2, 3, 10, 11, 0, 0, 0, 0, 0, 0, 0, 0);
     for (int64_t sb = 0; sb < nsb; ++sb) {
         const Block& b = blocks[sb];
         prefetch_ahead<sizeof(Block)>(&b);
@@ -943,33 +932,23 @@ SPECD_INLINE void q4_k_row(const Block* blocks, int64_t nsb, const PreparedInput
             lo1 = _mm512_or_si512(lo1, bit(4, 6));
             hi1 = _mm512_or_si512(hi1, bit(5, 7));
         }
-        const __m128i sm = q4_k_scale_bytes(b.scales);
-        const __m256 dsc = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b.d)), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(sm)));
-        const __m256 dm = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b.dmin)),
-                                        _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(sm, 8))));
-        SPECD_UNROLL
-        for (int r = 0; r < NR; ++r) {
-            const int8_t* a = x.q8_block(8 * sb, t0 + r);    // block 8sb + g at a + g*st
-            const QuantMeta* m = x.q8_meta(8 * sb, t0 + r);  // block 8sb + g at m + g*rows
-            // {corr, d} of the 8 blocks: contiguous for one row, else gathered.
-            const __m512i meta = rows == 1 ? _mm512_loadu_si512(m) : _mm512_i32gather_epi64(meta_idx, m, 8);
-            const __m256i sums = _mm512_cvtepi64_epi32(meta);
-            const __m256 dx = _mm256_castsi256_ps(_mm512_cvtepi64_epi32(_mm512_srli_epi64(meta, 32)));
+        for (int t = 0; t < rows; ++t) {
+            const int8_t* a = x.q8_block(8 * sb, t);  // block 8sb + g at a + g*st
+            // Lanes 0..7: dwords of the first block named, 8..15: of the second.
             const __m512i i02 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo0, two_blocks(a, a + 2 * st));
             const __m512i i13 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), hi0, two_blocks(a + st, a + 3 * st));
             const __m512i i46 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo1, two_blocks(a + 4 * st, a + 6 * st));
             const __m512i i57 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), hi1, two_blocks(a + 5 * st, a + 7 * st));
-            const __m512 s = _mm512_castps256_ps512(_mm256_mul_ps(dsc, dx));
-            __m512 f = acc[r];
-            f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i02), _mm512_permutexvar_ps(g02, s), f);
-            f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i13), _mm512_permutexvar_ps(g13, s), f);
-            f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i46), _mm512_permutexvar_ps(g46, s), f);
-            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i57), _mm512_permutexvar_ps(g57, s), f);
-            accm[r] = _mm256_fmadd_ps(_mm256_mul_ps(dm, dx), _mm256_cvtepi32_ps(sums), accm[r]);
+            // Per 128-bit lane L: [i02, i13, i46, i57] summed over L's 4 dwords.
+            const __m512i u0 = _mm512_add_epi32(_mm512_unpacklo_epi32(i02, i13), _mm512_unpackhi_epi32(i02, i13));
+            const __m512i u1 = _mm512_add_epi32(_mm512_unpacklo_epi32(i46, i57), _mm512_unpackhi_epi32(i46, i57));
+            const __m512i w = _mm512_add_epi32(_mm512_unpacklo_epi64(u0, u1), _mm512_unpackhi_epi64(u0, u1));
+            // Lanes 0+1 (first blocks) and 2+3 (second blocks).
+            const __m512i z = _mm512_add_epi32(w, _mm512_shuffle_i32x4(w, w, _MM_SHUFFLE(2, 3, 0, 1)));
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(sums + t * ld + 8 * sb),
+                                _mm512_castsi512_si256(_mm512_permutexvar_epi32(order, z)));
         }
     }
-    SPECD_UNROLL
-    for (int r = 0; r < NR; ++r) y[(t0 + r) * ldy] = _mm512_reduce_add_ps(acc[r]) - hsum8_512(accm[r]);
 }
 
 // Q3_K's sixteen 6-bit scales minus 32, as int8.
@@ -986,39 +965,27 @@ SPECD_INLINE __m128i q3_k_scales(const uint8_t* s) {
     return _mm_sub_epi8(u, _mm_set1_epi8(32));
 }
 
-// Q6_K or Q3_K (Block) for weight row n and activation rows t0 .. t0+NR:
-// unsigned codes (Q6_K: q, 0..63; Q3_K: q + 4 * high bit, 0..7) offset by
-// 32 or 4, sixteen groups of 16 with int8 scales.
-// Q2_K joins them with codes q (0..3), no offset, and a second scale per
-// group for its min: x = d*(sc & 15) * q - dmin*(sc >> 4).
-template <class Block, int NR>
-SPECD_INLINE void q6_k_row(const Block* blocks, int64_t nsb, const PreparedInput& x, int t0, float* y, int64_t ldy) {
+// Q6_K, Q3_K or Q2_K (Block): for one weight row and every activation row
+// t, sums[t * ld + 16 sb + g] = sum over group g (of 16 weights) of
+// super-block sb of code * xq, the codes unsigned (Q6_K: q, 0..63; Q3_K:
+// q + 4 * high bit, 0..7; Q2_K: q, 0..3): exact integers; the offsets
+// (32, 4) and Q2_K's mins are applied by the float steps (kq_block_fma).
+template <class Block>
+SPECD_INLINE void q6_k_row_sums(const Block* blocks, int64_t nsb, const PreparedInput& x, int32_t* sums, int64_t ld) {
     constexpr bool kQ3 = std::is_same_v<Block, BlockQ3_K>, kQ2 = std::is_same_v<Block, BlockQ2_K>;
     const int rows = x.rows();
     const int64_t st = static_cast<int64_t>(rows) * 32;
     const __m512i low4 = _mm512_set1_epi8(0x0f), low2 = _mm512_set1_epi8(0x03);
-    const __m512i k32 = _mm512_set1_epi8(kQ2 ? 1 : kQ3 ? 4 : 32);  // the offset (Q2_K: ones, for the group sums)
     // qh shifts per 16-bit lane: elements l (bytes 0..31) and l+32 (32..63).
     const __m512i sh01 = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
     const __m512i sh23 = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(6), 1);
-    // Scale group (of 16) of lane l in the k-th 64-weight vector: 4k + l/4.
-    const __m128i pat0 = _mm_setr_epi8(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
-    __m512 acc[NR];  // d*sc*dx * sum((q-32)*xq), per lane
-    SPECD_UNROLL
-    for (int r = 0; r < NR; ++r) acc[r] = _mm512_setzero_ps();
+    // w lane 4L + k holds group 4k + L (below): to group order.
+    const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
     for (int64_t sb = 0; sb < nsb; ++sb) {
         const Block& b = blocks[sb];
         prefetch_ahead<sizeof(Block)>(&b);
-        const __m512 d = _mm512_set1_ps(_cvtsh_ss(b.d));
         __m512i v[4];  // 64 codes each: elements 64k .. 64k+63 of the super-block
-        __m512 s[4];   // d * scale of each lane's group
-        __m512 s2[4];  // Q2_K: dmin * min of each lane's group
-        __m128i sc;    // the 16 int8 scales
-        __m128i mins;  // Q2_K: the 16 mins
         if constexpr (kQ2) {
-            const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales));
-            sc = _mm_and_si128(raw, _mm_set1_epi8(0x0f));
-            mins = _mm_and_si128(_mm_srli_epi16(raw, 4), _mm_set1_epi8(0x0f));
             // Elements 32j + l of half h: bits 2j of qs[32h + l].
             SPECD_UNROLL
             for (int h = 0; h < 2; ++h) {
@@ -1031,7 +998,6 @@ SPECD_INLINE void q6_k_row(const Block* blocks, int64_t nsb, const PreparedInput
                 }
             }
         } else if constexpr (kQ3) {
-            sc = q3_k_scales(b.scales);
             // Elements 32j + l of half h: bits 2j of qs[32h + l], bit 4h + j of hmask[l].
             const __m512i hm = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.hmask)));
             const __m512i one = _mm512_set1_epi8(1);
@@ -1050,7 +1016,6 @@ SPECD_INLINE void q6_k_row(const Block* blocks, int64_t nsb, const PreparedInput
                 }
             }
         } else {
-            sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales));
             SPECD_UNROLL
             for (int h = 0; h < 2; ++h) {
                 const __m512i ql = _mm512_loadu_si512(b.ql + 64 * h);
@@ -1061,70 +1026,22 @@ SPECD_INLINE void q6_k_row(const Block* blocks, int64_t nsb, const PreparedInput
                 v[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), low4), h23);
             }
         }
-        SPECD_UNROLL
-        for (int k = 0; k < 4; ++k) {
-            const __m128i pat = _mm_add_epi8(pat0, _mm_set1_epi8(static_cast<char>(4 * k)));
-            s[k] = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_shuffle_epi8(sc, pat))));
-            if constexpr (kQ2) {
-                s2[k] = _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(b.dmin)),
-                                      _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_shuffle_epi8(mins, pat))));
-            }
-        }
-        SPECD_UNROLL
-        for (int r = 0; r < NR; ++r) {
-            const int8_t* a = x.q8_block(8 * sb, t0 + r);
-            const QuantMeta* m = x.q8_meta(8 * sb, t0 + r);
-            __m512 f = acc[r];
+        for (int t = 0; t < rows; ++t) {
+            const int8_t* a = x.q8_block(8 * sb, t);  // block 8sb + g at a + g*st
+            __m512i iq[4];  // iq[k] lanes 4L..4L+3: group 4k + L's dwords
             SPECD_UNROLL
-            for (int k = 0; k < 4; ++k) {
-                const __m512i ab = two_blocks(a + 2 * k * st, a + (2 * k + 1) * st);
-                const __m512i iq = _mm512_dpbusd_epi32(_mm512_setzero_si512(), v[k], ab);
-                const __m512i ioff = _mm512_dpbusd_epi32(_mm512_setzero_si512(), k32, ab);
-                const __m512 dx = _mm512_insertf32x8(_mm512_set1_ps(m[2 * k * rows].d), _mm256_set1_ps(m[(2 * k + 1) * rows].d), 1);
-                if constexpr (kQ2) {
-                    f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(iq), _mm512_mul_ps(s[k], dx), f);
-                    f = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(ioff), _mm512_mul_ps(s2[k], dx), f);
-                } else {
-                    f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(iq, ioff)), _mm512_mul_ps(s[k], dx), f);
-                }
-            }
-            acc[r] = f;
-        }
-    }
-    SPECD_UNROLL
-    for (int r = 0; r < NR; ++r) y[(t0 + r) * ldy] = _mm512_reduce_add_ps(acc[r]);
-}
-
-template <class Block, int NR>
-SPECD_INLINE void kq_rows_n(int nr, const Block* blocks, int64_t nsb, const PreparedInput& x, int t0, float* y, int64_t ldy) {
-    if constexpr (NR > 0) {
-        if (nr == NR) {
-            if constexpr (std::is_same_v<Block, BlockQ4_K> || std::is_same_v<Block, BlockQ5_K>) q4_k_row<Block, NR>(blocks, nsb, x, t0, y, ldy);
-            else q6_k_row<Block, NR>(blocks, nsb, x, t0, y, ldy);
-            return;
-        }
-        kq_rows_n<Block, NR - 1>(nr, blocks, nsb, x, t0, y, ldy);
-    }
-}
-
-// Weight row by weight row (each read once from memory; its codes decoded
-// once per group of up to kKqRows activation rows).
-template <class Block>
-void kq_matmul(const unsigned char* W, size_t rb, const PreparedInput& x, float* y, int64_t ldy, int64_t n0, int64_t n1) {
-    const int64_t nsb = x.k() / kSuperBlock;
-    const int rows = x.rows();
-    for (int64_t n = n0; n < n1; ++n) {
-        const Block* blocks = reinterpret_cast<const Block*>(W + n * rb);
-        for (int t0 = 0; t0 < rows; t0 += kKqRows) {
-            kq_rows_n<Block, kKqRows>(std::min(kKqRows, rows - t0), blocks, nsb, x, t0, y + n, ldy);
+            for (int k = 0; k < 4; ++k) iq[k] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), v[k], two_blocks(a + 2 * k * st, a + (2 * k + 1) * st));
+            // Per 128-bit lane L: [iq0, iq1, iq2, iq3] summed over L's 4 dwords.
+            const __m512i u0 = _mm512_add_epi32(_mm512_unpacklo_epi32(iq[0], iq[1]), _mm512_unpackhi_epi32(iq[0], iq[1]));
+            const __m512i u1 = _mm512_add_epi32(_mm512_unpacklo_epi32(iq[2], iq[3]), _mm512_unpackhi_epi32(iq[2], iq[3]));
+            const __m512i w = _mm512_add_epi32(_mm512_unpacklo_epi64(u0, u1), _mm512_unpackhi_epi64(u0, u1));
+            _mm512_storeu_si512(sums + t * ld + 16 * sb, _mm512_permutexvar_epi32(order, w));
         }
     }
 }
 
 // ------------------------ K-quants, several activation rows: 16-row tiles ---
-// The row kernels above decode a weight row once per group of activation
-// rows but then pay gathers, permutes and per-lane scaling for every
-// activation row (9 rows cost 5-6x one). Here, as for q4_0/q8_0, one
+// Here, as for q4_0/q8_0, one
 // super-block of 16 weight rows is decoded once into a transposed tile
 // (lane i = weight row i) and each activation row then costs, per 32
 // weights, 8 vpdpbusd with broadcast activation dwords and 3-4 FMAs:
@@ -1136,7 +1053,7 @@ void kq_matmul(const unsigned char* W, size_t rb, const PreparedInput& x, float*
 struct KTile {
     __m512i c[8][8];  // block j of the super-block, dword g: lane i = codes 4g..4g+3 of weight row i (unsigned)
     __m512 s[16];     // group h (of 16; Q4_K/Q5_K: s[j] per block of 32): lane i = weight row i's scale
-    __m512 m[16];     // as s: lane i = the min (or offset * scale) times the group's activation sum
+    __m512 m[16];     // as s: lane i = the min (or offset * scale), times the group's activation sum in kq_block_fma
 };
 
 // Lane i, dword g = bytes off + 4g .. off + 4g + 3 of row rp[i] (16 bytes per row).
@@ -1192,8 +1109,8 @@ template <class Block>
 constexpr bool kGroups16 = !std::is_same_v<Block, BlockQ4_K> && !std::is_same_v<Block, BlockQ5_K>;
 
 // Decodes super-block `sb` of the 16 weight rows at rp (rows past the last
-// valid one repeat it) into t.
-template <class Block>
+// valid one repeat it) into t: the scales and mins, and (kCodes) the codes.
+template <class Block, bool kCodes = true>
 SPECD_INLINE void decode_ktile(const unsigned char* const rp[16], int64_t sb, KTile& t) {
     const size_t off = static_cast<size_t>(sb) * sizeof(Block);
     if constexpr (std::is_same_v<Block, BlockQ4_K> || std::is_same_v<Block, BlockQ5_K>) {
@@ -1213,6 +1130,7 @@ SPECD_INLINE void decode_ktile(const unsigned char* const rp[16], int64_t sb, KT
             t.s[j] = _mm512_mul_ps(d, byte_u(sm, j));
             t.m[j] = _mm512_mul_ps(dmin, byte_u(sm, 8 + j));
         }
+        if constexpr (!kCodes) return;
         __m512i qh[8];
         if constexpr (kQ5) transpose16x32(rp, off + offsetof(BlockQ5_K, qh), qh);
         SPECD_UNROLL
@@ -1239,6 +1157,7 @@ SPECD_INLINE void decode_ktile(const unsigned char* const rp[16], int64_t sb, KT
             t.s[h] = _mm512_mul_ps(d, byte_s(sc, h));
             t.m[h] = _mm512_mul_ps(_mm512_set1_ps(32.0f), t.s[h]);  // codes 0..63 carry +32
         }
+        if constexpr (!kCodes) return;
         SPECD_UNROLL
         for (int hf = 0; hf < 2; ++hf) {  // halves of 128: ql bytes 64hf.. and 64hf+32.., qh bytes 32hf..
             __m512i a[8], b[8], c[8];
@@ -1269,6 +1188,7 @@ SPECD_INLINE void decode_ktile(const unsigned char* const rp[16], int64_t sb, KT
             t.s[h] = _mm512_mul_ps(d, byte_s(sc, h));
             t.m[h] = _mm512_mul_ps(_mm512_set1_ps(4.0f), t.s[h]);  // codes 0..7 carry +4
         }
+        if constexpr (!kCodes) return;
         __m512i hm[8];
         transpose16x32(rp, off + offsetof(BlockQ3_K, hmask), hm);
         SPECD_UNROLL
@@ -1293,6 +1213,7 @@ SPECD_INLINE void decode_ktile(const unsigned char* const rp[16], int64_t sb, KT
             t.s[h] = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_and_si512(v, _mm512_set1_epi32(0x0f))));
             t.m[h] = _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(v, 4), _mm512_set1_epi32(0x0f))));
         }
+        if constexpr (!kCodes) return;
         SPECD_UNROLL
         for (int hf = 0; hf < 2; ++hf) {
             __m512i q[8];
@@ -1303,6 +1224,25 @@ SPECD_INLINE void decode_ktile(const unsigned char* const rp[16], int64_t sb, KT
                 for (int g = 0; g < 8; ++g) t.c[4 * hf + jj][g] = bits_at(q[g], 2 * jj, 3, 0);
             }
         }
+    }
+}
+
+// One block j (of 32 weights) of a super-block added to f, lane i = weight
+// row i: i0, i1 = sum(code * xq) over its first and second 16 weights (or
+// any split of the block's sum: Q4_K/Q5_K add them first); dx and hs of the
+// activation row. The one order every K-quant path takes (tiles and the
+// one-row stream), so a row's result has the same bits in any batch.
+template <class Block>
+SPECD_INLINE __m512 kq_block_fma(__m512 f, const KTile& t, int j, __m512i i0, __m512i i1, float dx_s, const HalfSums& hs) {
+    const __m512 dx = _mm512_set1_ps(dx_s);
+    if constexpr (kGroups16<Block>) {
+        f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i0), _mm512_mul_ps(t.s[2 * j], dx), f);
+        f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i1), _mm512_mul_ps(t.s[2 * j + 1], dx), f);
+        f = _mm512_fnmadd_ps(t.m[2 * j], _mm512_set1_ps(hs.lo), f);
+        return _mm512_fnmadd_ps(t.m[2 * j + 1], _mm512_set1_ps(hs.hi), f);
+    } else {
+        f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(i0, i1)), _mm512_mul_ps(t.s[j], dx), f);
+        return _mm512_fnmadd_ps(t.m[j], _mm512_set1_ps(hs.lo + hs.hi), f);
     }
 }
 
@@ -1327,18 +1267,7 @@ SPECD_INLINE void ktile_rows(const KTile& t, const PreparedInput& x, int64_t sb,
                 i0 = dpbusd_bcast(i0, t.c[j][g], q + 4 * g);
                 i1 = dpbusd_bcast(i1, t.c[j][g + 4], q + 16 + 4 * g);
             }
-            const __m512 dx = _mm512_set1_ps(xm[r].d);
-            __m512 f = F[r];
-            if constexpr (kGroups16<Block>) {
-                f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i0), _mm512_mul_ps(t.s[2 * j], dx), f);
-                f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i1), _mm512_mul_ps(t.s[2 * j + 1], dx), f);
-                f = _mm512_fnmadd_ps(t.m[2 * j], _mm512_set1_ps(hs[r].lo), f);
-                f = _mm512_fnmadd_ps(t.m[2 * j + 1], _mm512_set1_ps(hs[r].hi), f);
-            } else {
-                f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(i0, i1)), _mm512_mul_ps(t.s[j], dx), f);
-                f = _mm512_fnmadd_ps(t.m[j], _mm512_set1_ps(hs[r].lo + hs[r].hi), f);
-            }
-            F[r] = f;
+            F[r] = kq_block_fma<Block>(F[r], t, j, i0, i1, xm[r].d, hs[r]);
         }
     }
     SPECD_UNROLL
@@ -1384,17 +1313,66 @@ void kq_tile_matmul(const unsigned char* W, size_t rb, const PreparedInput& x, f
     }
 }
 
-// The row kernel for one activation row (it streams one weight row at a
-// time, the tile's decode would dominate), tiles for more.
+// One weight row at a time (lanes along K, a pure weight stream: the
+// fastest shape for one activation row), in two passes per 16 weight rows:
+// each row's integer group sums for every activation row into a buffer,
+// then the tiles' float steps (kq_block_fma) over those sums transposed, so
+// each output has the tiles' bits. (Interleaving the float pass with the
+// next group's integer pass, or prefetching the next group during it, was
+// no faster.)
 template <class Block>
-void kq_matmul_auto(const unsigned char* W, size_t rb, const PreparedInput& x, float* y, int64_t ldy, int64_t n0, int64_t n1) {
-    // Q2_K's row kernel (two scales per group) is slower than its tiles even
-    // for one row (0.55-0.58x in the bench).
-    if (x.rows() < kKTileMinRows && !std::is_same_v<Block, BlockQ2_K>) kq_matmul<Block>(W, rb, x, y, ldy, n0, n1);
-    else kq_tile_matmul<Block>(W, rb, x, y, ldy, n0, n1);
+void kq_stream_matmul(const unsigned char* W, size_t rb, const PreparedInput& x, float* y, int64_t ldy, int64_t n0, int64_t n1) {
+    constexpr int G = kGroups16<Block> ? 16 : 8;  // integer sums per super-block
+    const int64_t nsb = x.k() / kSuperBlock;
+    const int rows = x.rows();
+    const int64_t ld = nsb * G;  // sums of one (weight row, activation row)
+    thread_local std::vector<int32_t> sums;  // (16, rows, nsb * G): weight row i of the 16, activation row t
+    if (sums.size() < static_cast<size_t>(16 * rows * ld)) sums.resize(static_cast<size_t>(16 * rows * ld));
+    KTile t;
+    for (int64_t n = n0; n < n1; n += 16) {
+        const int nv = static_cast<int>(std::min<int64_t>(16, n1 - n));
+        const unsigned char* rp[16];  // weight row n + i; rows past n1 repeat the last (never stored)
+        for (int i = 0; i < 16; ++i) rp[i] = W + (n + std::min(i, nv - 1)) * static_cast<int64_t>(rb);
+        for (int i = 0; i < nv; ++i) {
+            const Block* blocks = reinterpret_cast<const Block*>(rp[i]);
+            if constexpr (kGroups16<Block>) q6_k_row_sums<Block>(blocks, nsb, x, &sums[static_cast<size_t>(i * rows) * ld], ld);
+            else q4_k_row_sums<Block>(blocks, nsb, x, &sums[static_cast<size_t>(i * rows) * ld], ld);
+        }
+        for (int r = 0; r < rows; ++r) {
+            const unsigned char* sp[16];  // the sums of weight row n + i against activation row r
+            for (int i = 0; i < 16; ++i) sp[i] = reinterpret_cast<const unsigned char*>(&sums[static_cast<size_t>(std::min(i, nv - 1) * rows + r) * ld]);
+            __m512 f = _mm512_setzero_ps();
+            for (int64_t sb = 0; sb < nsb; ++sb) {
+                decode_ktile<Block, false>(rp, sb, t);
+                __m512i is[16];  // is[g] lane i = sum g of super-block sb, weight row i
+                const size_t off = static_cast<size_t>(sb * G) * sizeof(int32_t);
+                transpose16x32(sp, off, is);
+                if constexpr (G == 16) transpose16x32(sp, off + 32, is + 8);
+                SPECD_UNROLL
+                for (int j = 0; j < 8; ++j) {
+                    const int64_t b = 8 * sb + j;
+                    if constexpr (G == 16) f = kq_block_fma<Block>(f, t, j, is[2 * j], is[2 * j + 1], x.q8_meta(b, r)->d, *x.half_sums(b, r));
+                    else f = kq_block_fma<Block>(f, t, j, is[j], _mm512_setzero_si512(), x.q8_meta(b, r)->d, *x.half_sums(b, r));
+                }
+            }
+            _mm512_mask_storeu_ps(y + r * ldy + n, tail_mask(nv), f);
+        }
+    }
 }
 
+// The stream for one activation row, tiles for more: both give the same
+// bits (kq_block_fma), so the choice is speed only.
+template <class Block>
+void kq_matmul_auto(const unsigned char* W, size_t rb, const PreparedInput& x, float* y, int64_t ldy, int64_t n0, int64_t n1) {
+    // Q2_K's stream (codes of 2 bits: the weight stream is short, the float
+    // steps dominate) was slower than its tiles even for one row.
+    if (x.rows() < kKTileMinRows && !std::is_same_v<Block, BlockQ2_K>) kq_stream_matmul<Block>(W, rb, x, y, ldy, n0, n1);
+    else kq_tile_matmul<Block>(W, rb, x, y, ldy, n0, n1);
+}
 // ------------------------- q5_0 / q5_1 / iq4_nl (and iq4_xs), q8 activations ---
+// Most activation rows whose accumulators stay in registers.
+constexpr int kKqRows = 8;
+
 // The 32-weight types llama.cpp falls back to (rows not a multiple of 256),
 // one weight row at a time, two blocks per vpdpbusd. Per block b the codes
 // are unsigned bytes and x_j = d_b * code_j + c_b:
@@ -1564,7 +1542,7 @@ void matmul_kq_path_avx512(KqPath path, TensorType type, const void* W, const Pr
     const size_t rb = tensor_row_bytes(type, x.k());
     auto run = [&](auto block) {
         using Block = decltype(block);
-        if (path == KqPath::Rows) kq_matmul<Block>(w, rb, x, y, ldy, n0, n1);
+        if (path == KqPath::Rows) kq_stream_matmul<Block>(w, rb, x, y, ldy, n0, n1);
         else kq_tile_matmul<Block>(w, rb, x, y, ldy, n0, n1);
     };
     switch (type) {
