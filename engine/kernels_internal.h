@@ -78,6 +78,9 @@ void matmul_kq_scalar(TensorType type, const void* W, const PreparedInput& x, fl
 // 16 (AVX-512) or 8 (AVX2) weight rows decoded once per super-block and
 // transposed so lanes run along N (verification and prompt batches: each
 // further activation row costs a few integer dot products per 32 weights).
+// Both give the same bits (the rows shape stores exact integer group sums,
+// then takes the tiles' float steps), so a row's logits do not depend on
+// its batch and greedy speculation equals plain decoding exactly.
 // matmul_* picks Tiles from kKTileMinRows activation rows (Q2_K: always);
 // the tests and the bench call a path directly.
 constexpr int kKTileMinRows = 2;
