@@ -141,11 +141,8 @@ int64_t round16(int64_t k) { return (k + 15) / 16 * 16; }
 bool is_quant(TensorType t) { return PreparedInput::quantized_layout(t); }
 
 // Bytes of the float layout, which is the larger of the two for any shape.
-size_t float_layout_bytes(int rows, int64_t k, bool panels) {
-    const size_t r = static_cast<size_t>(rows);
-    size_t bytes = align_up(r * static_cast<size_t>(round16(k)) * sizeof(float));
-    if (panels) bytes += align_up((r + 15) / 16 * 16 * static_cast<size_t>(k) * sizeof(float));
-    return bytes;
+size_t float_layout_bytes(int rows, int64_t k) {
+    return align_up(static_cast<size_t>(rows) * static_cast<size_t>(round16(k)) * sizeof(float));
 }
 
 size_t quant_layout_bytes(int rows, int64_t k) {
@@ -164,12 +161,11 @@ PreparedInput& PreparedInput::operator=(PreparedInput&&) noexcept = default;
 
 void PreparedInput::reserve(int max_rows, int64_t max_k) {
     if (max_rows < 0 || max_k < 0) throw Error("PreparedInput::reserve: negative size");
-    const size_t want = std::max(float_layout_bytes(max_rows, max_k, max_rows >= kPanelMinRows),
-                                 quant_layout_bytes(max_rows, max_k));
+    const size_t want = std::max(float_layout_bytes(max_rows, max_k), quant_layout_bytes(max_rows, max_k));
     if (want <= capacity_bytes_) return;
     buffer_.reset(static_cast<unsigned char*>(::operator new(want, std::align_val_t(kAlign))));
     capacity_bytes_ = want;
-    f32_ = panel_ = nullptr;
+    f32_ = nullptr;
     q8_ = nullptr;
     qm_ = nullptr;
     hs_ = nullptr;
@@ -186,14 +182,12 @@ void PreparedInput::set_shape(TensorType weight_type, int rows, int64_t k) {
         throw Error(std::string("matmul: K = ") + std::to_string(k) + " is not a multiple of 32 for " +
                     tensor_type_name(weight_type) + " weights");
     }
-    const bool panels = !is_quant(weight_type) && rows >= kPanelMinRows;
-    const size_t need = is_quant(weight_type) ? quant_layout_bytes(rows, k) : float_layout_bytes(rows, k, panels);
+    const size_t need = is_quant(weight_type) ? quant_layout_bytes(rows, k) : float_layout_bytes(rows, k);
     if (need > capacity_bytes_) reserve(rows, k);  // beyond the reservation: the one place that allocates
     type_ = weight_type;
     rows_ = rows;
     k_ = k;
     kp_ = round16(k);
-    panels_ = panels;
     layout();
 }
 
@@ -221,7 +215,7 @@ bool PreparedInput::serves(TensorType type) const {
 void PreparedInput::layout() {
     unsigned char* base = buffer_.get();
     const size_t r = static_cast<size_t>(rows_);
-    f32_ = panel_ = nullptr;
+    f32_ = nullptr;
     q8_ = nullptr;
     qm_ = nullptr;
     hs_ = nullptr;
@@ -234,16 +228,6 @@ void PreparedInput::layout() {
         return;
     }
     f32_ = reinterpret_cast<float*>(base);
-    if (panels_) {
-        panel_ = reinterpret_cast<float*>(base + align_up(r * static_cast<size_t>(kp_) * sizeof(float)));
-        // Lanes past the last row stay zero so the panel kernels can run
-        // whole 16-row vectors without reading garbage.
-        const int used = rows_ % 16;
-        if (used != 0) {
-            float* last = panel_ + static_cast<int64_t>(rows_ / 16) * k_ * 16;
-            for (int64_t kk = 0; kk < k_; ++kk) std::fill(last + kk * 16 + used, last + kk * 16 + 16, 0.0f);
-        }
-    }
 }
 
 void PreparedInput::prepare_rows(Isa isa, const float* x, int64_t ldx, int row_begin, int row_end) {
@@ -288,30 +272,6 @@ void PreparedInput::prepare_rows(Isa isa, const float* x, int64_t ldx, int row_b
             std::memcpy(dst, xr + c * 16, static_cast<size_t>(n) * sizeof(float));
             std::fill(dst + n, dst + 16, 0.0f);
         }
-    }
-    if (panels_) {
-        // (k, 16) panels: row r is lane r % 16 of panel r / 16. Whole panels
-        // inside the range are transposed 16x16 at a time; rows of panels
-        // shared with another thread's range go one by one.
-        auto one_row = [&](int r) {
-            const float* xr = x + static_cast<int64_t>(r) * ldx;
-            float* p = panel_ + static_cast<int64_t>(r / 16) * k_ * 16 + (r % 16);
-            for (int64_t kk = 0; kk < k_; ++kk) p[kk * 16] = xr[kk];
-        };
-        int r = row_begin;
-        for (; r < row_end && r % 16 != 0; ++r) one_row(r);
-        for (; r + 16 <= row_end; r += 16) {
-            const float* xr = x + static_cast<int64_t>(r) * ldx;
-            float* p = panel_ + static_cast<int64_t>(r / 16) * k_ * 16;
-            switch (isa) {
-                case Isa::Avx512: kern::pack_panel_avx512(xr, ldx, k_, p); break;
-                case Isa::Avx2: kern::pack_panel_avx2(xr, ldx, k_, p); break;
-                case Isa::Scalar:
-                    for (int l = 0; l < 16; ++l) one_row(r + l);
-                    break;
-            }
-        }
-        for (; r < row_end; ++r) one_row(r);
     }
 }
 

@@ -53,8 +53,7 @@ void set_amx_enabled(bool);  // tests and benchmarks compare both paths
 
 // Activations of one matmul, prepared once and shared read-only by the
 // threads that split N. For f32/f16/bf16 weights the rows stay f32 (zero
-// padded to a multiple of 16, plus a 16-row-panel transposed copy when there
-// are many rows); for q8_0/q4_0 weights they are quantised to q8_0 blocks of
+// padded to a multiple of 16); for q8_0/q4_0 weights they are quantised to q8_0 blocks of
 // 32 (K % 32 == 0) as ggml does, but keep their scales in f32 (ggml rounds
 // them to fp16), bit-identically on every ISA. q5_0, q5_1, iq4_nl, iq4_xs
 // and the K-quants (Q2_K..Q6_K) read the same q8 blocks of 32 with corr =
@@ -103,11 +102,8 @@ public:
     bool quantized() const { return quantized_layout(type_); }
     int64_t kp() const { return kp_; }  // k rounded up to 16 (float layout)
     int64_t n_blocks() const { return k_ / kQuantBlock; }
-    bool has_panels() const { return panels_; }
     // Float layout: chunk c (16 elements) of row r, zero past k.
     const float* f32_chunk(int64_t c, int r) const { return f32_ + (c * rows_ + r) * 16; }
-    // Panel p: (k, 16), element [kk][l] = x[16p + l][kk], 0 past the last row.
-    const float* panel(int p) const { return panel_ + static_cast<int64_t>(p) * k_ * 16; }
     // Quantised layout: block b of row r.
     const int8_t* q8_block(int64_t b, int r) const { return q8_ + (b * rows_ + r) * kQuantBlock; }
     const QuantMeta* q8_meta(int64_t b, int r) const { return qm_ + b * rows_ + r; }
@@ -116,12 +112,6 @@ public:
     // Only for weight types with correction_multiplier 1 (else unset).
     const HalfSums* half_sums(int64_t b, int r) const { return hs_ + b * rows_ + r; }
 
-    // Rows from which the float layout also keeps 16-row panels, read by the
-    // compute-bound kernels for many rows (prefill). Below it the dot tiles
-    // are as fast and stream DRAM-sized weights better (measured on Zen 5:
-    // even at 48-64 rows, panels 15-20% ahead at 128).
-    static constexpr int kPanelMinRows = 64;
-
 private:
     void layout();
 
@@ -129,14 +119,12 @@ private:
     int rows_ = 0;
     int64_t k_ = 0;
     int64_t kp_ = 0;
-    bool panels_ = false;
     size_t capacity_bytes_ = 0;
     struct FreeAligned {
         void operator()(void* p) const;
     };
     std::unique_ptr<unsigned char, FreeAligned> buffer_;  // capacity_bytes_, 64-byte aligned
     float* f32_ = nullptr;     // (kp/16, rows, 16) x, chunk-major
-    float* panel_ = nullptr;   // (ceil(rows/16), k, 16) x transposed in 16-row panels
     int8_t* q8_ = nullptr;     // (n_blocks, rows, 32) quantised x, block-major
     QuantMeta* qm_ = nullptr;  // (n_blocks, rows) scale and correction per block
     HalfSums* hs_ = nullptr;   // (n_blocks, rows) scaled half sums per block (corr = sum types)

@@ -1,10 +1,8 @@
-// AVX2 + FMA + F16C kernels: the same three matmul shapes as the AVX-512
-// file (see there), sized for 16 ymm registers and without masks or VNNI.
+// AVX2 + FMA + F16C kernels: the same matmul shapes as the AVX-512 file
+// (see there), sized for 16 ymm registers and without masks or VNNI.
 //
-//  * float weights, few rows: dot tiles of 4 weight rows x up to 2 activation
-//    rows; K tails go through a zero-padded copy of the weights.
-//  * float weights, many rows: the 8-row packed weights (kc, 8) against one
-//    16-row panel (two ymm) for 4 weight rows at a time.
+//  * float weights: dot tiles of 4 weight rows x up to 2 activation rows;
+//    K tails go through a zero-padded copy of the weights.
 //  * q8_0/q4_0: 8 weight rows of a block are transposed (lane i = row i) into
 //    an L1 buffer for a chunk of blocks, then every activation row runs over
 //    the buffer. Without VNNI the int8 products are vpmaddubsw (unsigned x
@@ -156,75 +154,6 @@ void matmul_float_dot(const unsigned char* W, size_t rb, const PreparedInput& x,
         int t0 = 0;
         for (; t0 + 2 <= rows; t0 += 2) dot_tile<T, 1, 2>(W + n * rb, rb, K, x, t0, y + n, ldy);
         if (t0 < rows) dot_tile<T, 1, 1>(W + n * rb, rb, K, x, t0, y + n, ldy);
-    }
-}
-
-// ----------------------------------------------- float weights, panel tiles ---
-
-constexpr int kPanelKc = 512;  // (512, 8) f32 packed weights = 16 KiB
-
-template <TensorType T>
-void pack_w8(const unsigned char* W, size_t rb, int64_t n, int nv, int64_t k0, int64_t kc, float* wbuf) {
-    const unsigned char* row[8];
-    for (int i = 0; i < 8; ++i) row[i] = W + (n + std::min(i, nv - 1)) * rb;
-    const unsigned char* next = W + (n + 8) * rb;  // the next tile, fetched while this one is packed
-    constexpr int64_t es = T == TensorType::F32 ? 4 : 2;
-    int64_t k = 0;
-    for (; k + 8 <= kc; k += 8) {
-        for (int i = 0; i < 8; ++i) _mm_prefetch(reinterpret_cast<const char*>(next + i * rb + (k0 + k) * es), _MM_HINT_T0);
-        __m256 r[8];
-        for (int i = 0; i < 8; ++i) r[i] = i < nv ? load_w8<T>(row[i], k0 + k) : _mm256_setzero_ps();
-        transpose8(r);
-        for (int j = 0; j < 8; ++j) _mm256_store_ps(wbuf + (k + j) * 8, r[j]);
-    }
-    for (; k < kc; ++k) {
-        for (int i = 0; i < 8; ++i) wbuf[k * 8 + i] = i < nv ? load_w1<T>(row[i], k0 + k) : 0.0f;
-    }
-}
-
-// Weight rows 4h..4h+4 of the packed (kc, 8) tile against panel p.
-void panel_tile(const float* wbuf, int h, int64_t kc, const PreparedInput& x, int p, int64_t k0, float* y, int64_t ldy,
-                int nv, bool accumulate) {
-    __m256 acc[4][2];
-    for (int i = 0; i < 4; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
-    const float* xp = x.panel(p) + k0 * 16;
-    const float* wb = wbuf + 4 * h;
-    for (int64_t k = 0; k < kc; ++k) {
-        const __m256 x0 = _mm256_load_ps(xp + k * 16), x1 = _mm256_load_ps(xp + k * 16 + 8);
-        for (int i = 0; i < 4; ++i) {
-            const __m256 b = _mm256_broadcast_ss(wb + k * 8 + i);
-            acc[i][0] = _mm256_fmadd_ps(b, x0, acc[i][0]);
-            acc[i][1] = _mm256_fmadd_ps(b, x1, acc[i][1]);
-        }
-    }
-    alignas(32) float out[4][16];  // [weight row][activation row in panel]
-    for (int i = 0; i < 4; ++i) {
-        _mm256_store_ps(&out[i][0], acc[i][0]);
-        _mm256_store_ps(&out[i][8], acc[i][1]);
-    }
-    const int rows = x.rows();
-    const int ni = std::min(4, nv - 4 * h);
-    for (int l = 0; l < 16 && 16 * p + l < rows; ++l) {
-        float* o = y + (16 * p + l) * ldy + 4 * h;
-        for (int i = 0; i < ni; ++i) o[i] = accumulate ? o[i] + out[i][l] : out[i][l];
-    }
-}
-
-template <TensorType T>
-void matmul_float_panels(const unsigned char* W, size_t rb, const PreparedInput& x, float* y, int64_t ldy, int64_t n0,
-                         int64_t n1) {
-    alignas(64) float wbuf[kPanelKc * 8];  // (kc, 8) packed weights
-    const int64_t K = x.k();
-    const int n_panels = (x.rows() + 15) / 16;
-    for (int64_t n = n0; n < n1; n += 8) {
-        const int nv = static_cast<int>(std::min<int64_t>(8, n1 - n));
-        for (int64_t k0 = 0; k0 < K; k0 += kPanelKc) {
-            const int64_t kc = std::min<int64_t>(kPanelKc, K - k0);
-            pack_w8<T>(W, rb, n, nv, k0, kc, wbuf);
-            for (int p = 0; p < n_panels; ++p) {
-                for (int h = 0; h < 2 && 4 * h < nv; ++h) panel_tile(wbuf, h, kc, x, p, k0, y + n, ldy, nv, k0 > 0);
-            }
-        }
     }
 }
 
@@ -931,8 +860,7 @@ void q32_matmul(const unsigned char* W, size_t rb, const PreparedInput& x, float
 template <TensorType T>
 void matmul_float(const unsigned char* W, size_t rb, const PreparedInput& x, float* y, int64_t ldy, int64_t n0,
                   int64_t n1) {
-    if (x.has_panels()) matmul_float_panels<T>(W, rb, x, y, ldy, n0, n1);
-    else matmul_float_dot<T>(W, rb, x, y, ldy, n0, n1);
+    matmul_float_dot<T>(W, rb, x, y, ldy, n0, n1);
 }
 
 }  // namespace
@@ -1014,20 +942,6 @@ void matmul_dequant_avx2(TensorType type, const void* W, const PreparedInput& x,
 }
 
 // ------------------------------------------------------------ other kernels ---
-
-void pack_panel_avx2(const float* x, int64_t ldx, int64_t k, float* panel) {
-    int64_t kk = 0;
-    for (; kk + 8 <= k; kk += 8) {
-        for (int h = 0; h < 2; ++h) {  // rows 8h..8h+8 -> lanes 8h..8h+8
-            __m256 r[8];
-            for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(x + (8 * h + i) * ldx + kk);
-            transpose8(r);
-            for (int j = 0; j < 8; ++j) _mm256_store_ps(panel + (kk + j) * 16 + 8 * h, r[j]);
-        }
-    }
-    for (; kk < k; ++kk)
-        for (int l = 0; l < 16; ++l) panel[kk * 16 + l] = x[l * ldx + kk];
-}
 
 void quantize_act_avx2(const float* x, int64_t k, const QuantDst& dst) {
     const __m256 sign = _mm256_set1_ps(-0.0f), half = _mm256_set1_ps(0.5f), one = _mm256_set1_ps(1.0f);

@@ -1,13 +1,12 @@
-// AVX-512 (F/BW/VL/DQ + VNNI) kernels. Three matmul shapes:
+// AVX-512 (F/BW/VL/DQ + VNNI) kernels. The matmul shapes:
 //
-//  * float weights, few rows (< kPanelMinRows): "dot" tiles of MR weight rows
-//    x NR activation rows, vectors along K, one horizontal reduction per
-//    output at the end. Every weight is loaded once for all rows; at rows=1
-//    this is a DRAM stream.
-//  * float weights, many rows: "panel" tiles. 8 weight rows are converted to
-//    f32 and interleaved per k into an L1 buffer (kc, 8), then each k
-//    broadcasts 8 weights against 3 panels of 16 activation rows: 24 FMA
-//    accumulators, no reductions, weights reused from L1 for all panels.
+//  * float weights: "dot" tiles of MR weight rows x NR activation rows,
+//    vectors along K, one horizontal reduction per output at the end, in one
+//    order for every tile shape (reduce4), so a row's outputs have the same
+//    bits in any batch. Every weight is loaded once for all rows; at rows=1
+//    this is a DRAM stream. (Panel tiles, lanes along the activation rows,
+//    were up to 15-20% faster from 64 rows on but summed in another order:
+//    a verification step of 64 rows could then change greedy output.)
 //  * q8_0/q4_0 weights: 16 weight rows of one block are transposed in
 //    registers so lane i holds weight row i: G[g] = bytes 4g..4g+3 of every
 //    row's block. One vpdpbusd with a broadcast activation dword then serves
@@ -117,18 +116,24 @@ SPECD_INLINE __m512 partial4(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
                          _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t01), _mm512_castps_pd(t23))));
 }
 
-// [sum(a0), sum(a1), sum(a2), sum(a3)].
+// [sum(a0), sum(a1), sum(a2), sum(a3)]: per 128-bit lane L, (e0 + e2) +
+// (e1 + e3); then (L0 + L2) + (L1 + L3). The one summation order of the
+// float dot tiles (reduce8 and reduce1 follow it).
 SPECD_INLINE __m128 reduce4(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
     const __m512 u = partial4(a0, a1, a2, a3);
     const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(u), _mm512_extractf32x8_ps(u, 1));
     return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
 }
 
-// [sum(a0), ..., sum(a7)].
+// sum(a) in reduce4's order.
+SPECD_INLINE float reduce1(__m512 a) { return _mm_cvtss_f32(reduce4(a, a, a, a)); }
+
+// [sum(a0), ..., sum(a7)], each summed in reduce4's order (so an output's
+// bits do not depend on the tile shape that computed it).
 SPECD_INLINE __m256 reduce8(__m512 a0, __m512 a1, __m512 a2, __m512 a3, __m512 a4, __m512 a5, __m512 a6, __m512 a7) {
     const __m512 u = partial4(a0, a1, a2, a3), v = partial4(a4, a5, a6, a7);
-    // [u.L0+u.L1, u.L2+u.L3, v.L0+v.L1, v.L2+v.L3]
-    const __m512 w = _mm512_add_ps(_mm512_shuffle_f32x4(u, v, 0x88), _mm512_shuffle_f32x4(u, v, 0xdd));
+    // [u.L0+u.L2, u.L1+u.L3, v.L0+v.L2, v.L1+v.L3]
+    const __m512 w = _mm512_add_ps(_mm512_shuffle_f32x4(u, v, 0x44), _mm512_shuffle_f32x4(u, v, 0xee));
     const __m512 z = _mm512_add_ps(_mm512_shuffle_f32x4(w, w, 0x88), _mm512_shuffle_f32x4(w, w, 0xdd));
     return _mm512_castps512_ps256(z);
 }
@@ -226,7 +231,7 @@ void dot_tile(const unsigned char* w, size_t rb, int64_t K, const PreparedInput&
             _mm_storeu_ps(out, reduce4(acc[0][j], acc[1][j], acc[2][j], acc[3][j]));
         } else {
             SPECD_UNROLL
-            for (int i = 0; i < MR; ++i) out[i] = _mm512_reduce_add_ps(acc[i][j]);
+            for (int i = 0; i < MR; ++i) out[i] = reduce1(acc[i][j]);
         }
     }
 }
@@ -267,103 +272,6 @@ void matmul_float_dot(const unsigned char* W, size_t rb, const PreparedInput& x,
     }
     for (; n < n1; ++n) {
         for (int t0 = 0; t0 < rows; t0 += 6) dot_tile_rows<T, 1>(std::min(6, rows - t0), W + n * rb, rb, K, x, t0, y + n, ldy);
-    }
-}
-
-// ----------------------------------------------- float weights, panel tiles ---
-
-constexpr int kPanelKc = 512;  // k per packed weight chunk: (512, 8) f32 = 16 KiB
-
-// wbuf (kc, 8) = rows n..n+nv of W, columns k0..k0+kc, as f32; rows past nv are zero.
-template <TensorType T>
-void pack_w8(const unsigned char* W, size_t rb, int64_t n, int nv, int64_t k0, int64_t kc, float* wbuf) {
-    const unsigned char* row[8];
-    SPECD_UNROLL
-    for (int i = 0; i < 8; ++i) row[i] = W + (n + std::min(i, nv - 1)) * rb;
-    const unsigned char* next = W + (n + 8) * rb;  // the next tile, fetched while this one is packed
-    constexpr int64_t es = T == TensorType::F32 ? 4 : 2;
-    int64_t k = 0;
-    for (; k + 8 <= kc; k += 8) {
-        SPECD_UNROLL
-        for (int i = 0; i < 8; ++i) _mm_prefetch(reinterpret_cast<const char*>(next + i * rb + (k0 + k) * es), _MM_HINT_T0);
-        __m256 r[8];
-        SPECD_UNROLL
-        for (int i = 0; i < 8; ++i) r[i] = i < nv ? load_w8<T>(row[i], k0 + k) : _mm256_setzero_ps();
-        transpose8(r);
-        SPECD_UNROLL
-        for (int j = 0; j < 8; ++j) _mm256_store_ps(wbuf + (k + j) * 8, r[j]);
-    }
-    for (; k < kc; ++k) {
-        SPECD_UNROLL
-        for (int i = 0; i < 8; ++i) wbuf[k * 8 + i] = i < nv ? load_w1<T>(row[i], k0 + k) : 0.0f;
-    }
-}
-
-// y rows 16*p0 .. 16*(p0+NP) (those < rows), columns n..n+nv, from the packed
-// weights (kc, 8) and panels p0.., columns k0..k0+kc. accumulate: add to y.
-template <int NP>
-void panel_tile(const float* wbuf, int64_t kc, const PreparedInput& x, int p0, int64_t k0, float* y, int64_t ldy,
-                int nv, bool accumulate) {
-    __m512 acc[8][NP];
-    SPECD_UNROLL
-    for (int i = 0; i < 8; ++i)
-        SPECD_UNROLL
-        for (int p = 0; p < NP; ++p) acc[i][p] = _mm512_setzero_ps();
-    const float* xp[NP];
-    SPECD_UNROLL
-    for (int p = 0; p < NP; ++p) xp[p] = x.panel(p0 + p) + k0 * 16;
-    for (int64_t k = 0; k < kc; ++k) {
-        __m512 xv[NP];
-        SPECD_UNROLL
-        for (int p = 0; p < NP; ++p) xv[p] = _mm512_load_ps(xp[p] + k * 16);
-        SPECD_UNROLL
-        for (int i = 0; i < 8; ++i) {
-            const __m512 wb = _mm512_set1_ps(wbuf[k * 8 + i]);
-            SPECD_UNROLL
-            for (int p = 0; p < NP; ++p) acc[i][p] = _mm512_fmadd_ps(wb, xv[p], acc[i][p]);
-        }
-    }
-    const __mmask8 nmask = static_cast<__mmask8>((1u << nv) - 1u);
-    const int rows = x.rows();
-    SPECD_UNROLL
-    for (int p = 0; p < NP; ++p) {
-        SPECD_UNROLL
-        for (int half = 0; half < 2; ++half) {
-            __m256 r[8];
-            SPECD_UNROLL
-            for (int i = 0; i < 8; ++i) {
-                r[i] = half == 0 ? _mm512_castps512_ps256(acc[i][p]) : _mm512_extractf32x8_ps(acc[i][p], 1);
-            }
-            transpose8(r);  // r[l] = outputs of activation row 16*(p0+p) + 8*half + l, weight rows n..n+8
-            SPECD_UNROLL
-            for (int l = 0; l < 8; ++l) {
-                const int t = 16 * (p0 + p) + 8 * half + l;
-                if (t >= rows) break;
-                float* out = y + t * ldy;
-                __m256 v = r[l];
-                if (accumulate) v = _mm256_add_ps(v, _mm256_maskz_loadu_ps(nmask, out));
-                _mm256_mask_storeu_ps(out, nmask, v);
-            }
-        }
-    }
-}
-
-template <TensorType T>
-void matmul_float_panels(const unsigned char* W, size_t rb, const PreparedInput& x, float* y, int64_t ldy, int64_t n0,
-                         int64_t n1) {
-    alignas(64) float wbuf[kPanelKc * 8];  // (kc, 8) packed weights
-    const int64_t K = x.k();
-    const int n_panels = (x.rows() + 15) / 16;
-    for (int64_t n = n0; n < n1; n += 8) {
-        const int nv = static_cast<int>(std::min<int64_t>(8, n1 - n));
-        for (int64_t k0 = 0; k0 < K; k0 += kPanelKc) {
-            const int64_t kc = std::min<int64_t>(kPanelKc, K - k0);
-            pack_w8<T>(W, rb, n, nv, k0, kc, wbuf);
-            int p = 0;
-            for (; p + 3 <= n_panels; p += 3) panel_tile<3>(wbuf, kc, x, p, k0, y + n, ldy, nv, k0 > 0);
-            if (n_panels - p == 2) panel_tile<2>(wbuf, kc, x, p, k0, y + n, ldy, nv, k0 > 0);
-            if (n_panels - p == 1) panel_tile<1>(wbuf, kc, x, p, k0, y + n, ldy, nv, k0 > 0);
-        }
     }
 }
 
@@ -1505,8 +1413,7 @@ void q32_matmul(const unsigned char* W, size_t rb, const PreparedInput& x, float
 template <TensorType T>
 void matmul_float(const unsigned char* W, size_t rb, const PreparedInput& x, float* y, int64_t ldy, int64_t n0,
                   int64_t n1) {
-    if (x.has_panels()) matmul_float_panels<T>(W, rb, x, y, ldy, n0, n1);
-    else matmul_float_dot<T>(W, rb, x, y, ldy, n0, n1);
+    matmul_float_dot<T>(W, rb, x, y, ldy, n0, n1);
 }
 
 }  // namespace
@@ -1586,43 +1493,6 @@ void matmul_dequant_avx512(TensorType type, const void* W, const PreparedInput& 
 }
 
 // ------------------------------------------------------------ other kernels ---
-
-void pack_panel_avx512(const float* x, int64_t ldx, int64_t k, float* panel) {
-    int64_t kk = 0;
-    for (; kk + 16 <= k; kk += 16) {
-        __m512 r[16], a[16], b[16];
-        SPECD_UNROLL
-        for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(x + i * ldx + kk);
-        // 16x16 transpose: pairs of rows, then quads (per 128-bit lane
-        // b[4j + m] lane L = column 4L + m of rows 4j..4j+3), then the 4x4
-        // transpose of 128-bit lanes.
-        SPECD_UNROLL
-        for (int j = 0; j < 8; ++j) {
-            a[2 * j] = _mm512_unpacklo_ps(r[2 * j], r[2 * j + 1]);
-            a[2 * j + 1] = _mm512_unpackhi_ps(r[2 * j], r[2 * j + 1]);
-        }
-        SPECD_UNROLL
-        for (int j = 0; j < 4; ++j) {
-            const __m512d a0 = _mm512_castps_pd(a[4 * j]), a1 = _mm512_castps_pd(a[4 * j + 1]);
-            const __m512d a2 = _mm512_castps_pd(a[4 * j + 2]), a3 = _mm512_castps_pd(a[4 * j + 3]);
-            b[4 * j + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(a0, a2));
-            b[4 * j + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a0, a2));
-            b[4 * j + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(a1, a3));
-            b[4 * j + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(a1, a3));
-        }
-        SPECD_UNROLL
-        for (int m = 0; m < 4; ++m) {
-            const __m512 u0 = _mm512_shuffle_f32x4(b[m], b[4 + m], 0x44), u1 = _mm512_shuffle_f32x4(b[m], b[4 + m], 0xee);
-            const __m512 u2 = _mm512_shuffle_f32x4(b[8 + m], b[12 + m], 0x44), u3 = _mm512_shuffle_f32x4(b[8 + m], b[12 + m], 0xee);
-            _mm512_store_ps(panel + (kk + m) * 16, _mm512_shuffle_f32x4(u0, u2, 0x88));
-            _mm512_store_ps(panel + (kk + 4 + m) * 16, _mm512_shuffle_f32x4(u0, u2, 0xdd));
-            _mm512_store_ps(panel + (kk + 8 + m) * 16, _mm512_shuffle_f32x4(u1, u3, 0x88));
-            _mm512_store_ps(panel + (kk + 12 + m) * 16, _mm512_shuffle_f32x4(u1, u3, 0xdd));
-        }
-    }
-    for (; kk < k; ++kk)
-        for (int l = 0; l < 16; ++l) panel[kk * 16 + l] = x[l * ldx + kk];
-}
 
 void quantize_act_avx512(const float* x, int64_t k, const QuantDst& dst) {
     const __m512 sign = _mm512_set1_ps(-0.0f), half = _mm512_set1_ps(0.5f), one = _mm512_set1_ps(1.0f);

@@ -4,8 +4,6 @@
 // PreparedInput layout (kernels.h) as the kernels read it:
 //   float weights:  f32_chunk(c, r)  (16) f32, x[r][16c .. 16c+16), zero past k; chunks of all rows
 //                                    are interleaved: (kp/16, rows, 16)
-//                   panel(p)         (k, 16) f32, element [kk][l] = x[16p + l][kk], 0 past rows;
-//                                    only when has_panels() (rows >= kPanelMinRows)
 //   quantised types:  q8_block(b, r)   (32) int8, block b of x row r: (n_blocks, rows, 32)
 //                   q8_meta(b, r)    {corr, d}: (n_blocks, rows) of 8 bytes
 //                                    d: x[r][32b + j] ~= d * q8_block(b, r)[j]
@@ -63,10 +61,6 @@ struct QuantDst {
 void quantize_act_scalar(const float* x, int64_t k, const QuantDst& dst);
 void quantize_act_avx2(const float* x, int64_t k, const QuantDst& dst);
 void quantize_act_avx512(const float* x, int64_t k, const QuantDst& dst);
-
-// One full 16-row panel: panel (k, 16) [kk][l] = x[l * ldx + kk], x: (16, ldx) f32.
-void pack_panel_avx2(const float* x, int64_t ldx, int64_t k, float* panel);
-void pack_panel_avx512(const float* x, int64_t ldx, int64_t k, float* panel);
 
 // The K-quants (Q2_K..Q6_K) against the q8 layout (corr = sum of the codes); the
 // SIMD builds are matmul_avx2/avx512's own cases.
