@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -422,5 +423,54 @@ TEST_CASE("model families: an unsupported architecture, a missing or mis-shaped 
         std::filesystem::remove(path);
         INFO(e);
         CHECK(e.find("tensor 'blk.1.attn_k.bias' has shape [16], the metadata implies [32]") != std::string::npos);
+    }
+}
+
+TEST_CASE("model families: a verification batch's logits have the same bits as one token at a time, for every weight type",
+          "[families][forward][invariance]") {
+    // What makes greedy speculation exactly plain decoding: row i of a
+    // verification step (its k+1 rows, batched with another sequence's rows)
+    // computes the very logits a single-token step at that position does.
+    // 256-wide rows so the K-quants are used (not their 32-wide fallbacks);
+    // the default f16 KV cache; 8 + 9 = 17 rows reach the many-row paths.
+    for (const std::string& family : {std::string("llama3"), std::string("qwen2"), std::string("gemma3")}) {
+        test::FamilyModelSpec spec = test::family_preset(family);
+        spec.dim = 256;
+        spec.ffn = 512;
+        spec.head_dim = 0;
+        spec.rope_dim = 0;
+        TempModel f32(spec, "-inv");
+        for (TensorType type : {TensorType::F32, TensorType::F16, TensorType::Q8_0, TensorType::Q4_0, TensorType::Q4_K,
+                                TensorType::Q5_K, TensorType::Q6_K}) {
+            INFO(family << " " << tensor_type_name(type));
+            const std::string path = test::temp_path(family + "-inv-" + tensor_type_name(type) + ".gguf");
+            if (type != TensorType::F32) quantize_model(f32.path, path, type);
+            auto model = LlamaModel::load(type == TensorType::F32 ? f32.path : path);
+            ThreadPool pool(2);
+            ForwardPass fwd(*model, pool);
+            PagedKvCache kv(fwd.kv_shape(64, 3));
+            const size_t V = static_cast<size_t>(fwd.n_vocab());
+            const std::span<const int32_t> prompt(kPrompt.data(), 8), next(kPrompt.data() + 8, 8), other(kPrompt.data() + 3, 9);
+            const int32_t stepped = kv.create_sequence(), batched = kv.create_sequence(), neighbour = kv.create_sequence();
+            for (int32_t seq : {stepped, batched}) {
+                BatchItem prefill{seq, prompt, false};
+                fwd.forward(kv, std::span<const BatchItem>(&prefill, 1));
+            }
+            std::vector<float> one_at_a_time;  // (8, V)
+            for (size_t t = 0; t < next.size(); ++t) {
+                BatchItem step{stepped, next.subspan(t, 1), false};
+                auto logits = fwd.forward(kv, std::span<const BatchItem>(&step, 1));
+                one_at_a_time.insert(one_at_a_time.end(), logits.begin(), logits.end());
+            }
+            BatchItem verify[2] = {{batched, next, true}, {neighbour, other, true}};
+            auto together = fwd.forward(kv, verify);
+            REQUIRE(together.size() == 17 * V);
+            for (size_t t = 0; t < next.size(); ++t) {
+                INFO("row " << t);
+                REQUIRE(std::memcmp(&together[t * V], &one_at_a_time[t * V], V * sizeof(float)) == 0);
+            }
+            model.reset();
+            std::filesystem::remove(path);
+        }
     }
 }
