@@ -64,6 +64,7 @@ struct token_event {
 struct done_event {
     std::string id;
     std::string finish_reason;            // "stop" (EOS or a stop sequence), "length", "context", "cancelled"
+    std::string stop_word;                // the stop sequence that ended it ("" for EOS and every other end)
     int32_t prompt_tokens = 0;
     int32_t completion_tokens = 0;
     double ttft_ms = 0.0;                 // submit → first token event
@@ -205,7 +206,7 @@ typename Inspector::result_type inspect(Inspector& f, token_event& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, done_event& x) {
-    return f(caf::meta::type_name("specd::done_event"), x.id, x.finish_reason, x.prompt_tokens, x.completion_tokens, x.ttft_ms,
+    return f(caf::meta::type_name("specd::done_event"), x.id, x.finish_reason, x.stop_word, x.prompt_tokens, x.completion_tokens, x.ttft_ms,
              x.total_ms, x.speculative, x.steps, x.drafted, x.accepted, x.draft_steps, x.load_capped, x.draft_ms, x.verify_ms, x.drafted_per_position,
              x.accepted_per_position);
 }

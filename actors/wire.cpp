@@ -138,6 +138,7 @@ done_event done_event_from_core(const std::string& id, const SessionCore& core, 
         case StopReason::Cancelled: d.finish_reason = "cancelled"; break;
         case StopReason::StopSequence: d.finish_reason = "stop"; break;  // as OpenAI: a stop string and EOS read alike
     }
+    d.stop_word = core.stop_word();
     const SpecStats& st = core.stats();
     d.prompt_tokens = core.n_prompt();
     d.completion_tokens = static_cast<int32_t>(core.output().size());

@@ -70,6 +70,8 @@ public:
     void cancel() { stop(StopReason::Cancelled); }
     bool finished() const { return finished_; }
     StopReason stop_reason() const { return stop_; }
+    // The stop sequence that ended the generation ("" for any other end).
+    const std::string& stop_word() const { return stop_matcher_.matched(); }
 
     // Tokens emitted since the last take (text decoded as a continuation
     // of the prompt; a split UTF-8 character waits for its last byte, and

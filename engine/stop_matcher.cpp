@@ -18,7 +18,13 @@ bool StopMatcher::feed(std::string_view text, std::string& out) {
     held_.append(text);
     // The earliest occurrence of any stop string ends the text.
     size_t first = std::string::npos;
-    for (const std::string& s : stops_) first = std::min(first, held_.find(s));
+    for (const std::string& s : stops_) {
+        const size_t at = held_.find(s);
+        if (at < first) {  // the first string listed wins a tie (llama-server's order)
+            first = at;
+            matched_ = s;
+        }
+    }
     if (first != std::string::npos) {
         out.append(held_, 0, first);
         held_.clear();

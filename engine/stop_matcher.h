@@ -33,9 +33,12 @@ public:
     // stop string matched).
     void flush(std::string& out);
     bool stopped() const { return stopped_; }
+    // The stop string that ended the text ("" until one has).
+    const std::string& matched() const { return matched_; }
 
 private:
     std::vector<std::string> stops_;
+    std::string matched_;
     std::string held_;      // text that may still begin a stop string (shorter than the longest)
     bool stopped_ = false;
 };

@@ -109,7 +109,7 @@ private:
             run_ws_session(stream_.release_socket(), state_, std::move(req_), std::move(buffer_));
             return;
         case RouteResult::Kind::Metrics: return serve_metrics();
-        case RouteResult::Kind::Generate: return generate(result.chat, std::move(result.parsed));
+        case RouteResult::Kind::Generate: return generate(result.chat, std::move(result.parsed), std::move(result.llama));
         }
     }
 
@@ -128,15 +128,18 @@ private:
         });
     }
 
-    void generate(bool chat, ParsedRequest parsed) {
+    void generate(bool chat, ParsedRequest parsed, std::optional<LlamaCompletionShape> llama) {
         chat_ = chat;
+        llama_ = std::move(llama);
+        tokens_.clear();
+        llama_started_ = false;
         stream_mode_ = parsed.stream;
         created_ = unix_now();
         const auto micros = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now().time_since_epoch());
         id_ = std::string(chat ? "chatcmpl-" : "cmpl-") + std::to_string(state_->metrics.http_requests()) + "-" +
               std::to_string(micros.count() % 1000000000);
         model_ = state_->runtime.model_name();
-        if (stream_mode_) sse_.emplace(chat, id_, model_, created_, parsed.include_usage);
+        if (stream_mode_ && !llama_) sse_.emplace(chat, id_, model_, created_, parsed.include_usage);
         parsed.request.id = id_;
         std::weak_ptr<HttpSession> weak = weak_from_this();
         const asio::any_io_executor strand = stream_.get_executor();
@@ -187,6 +190,13 @@ private:
     void on_token(const token_event& e) {
         timing_.on_tokens(state_->metrics, e.tokens.size());
         text_ += e.text;
+        if (llama_) {
+            tokens_.insert(tokens_.end(), e.tokens.begin(), e.tokens.end());
+            if (!stream_mode_) return;
+            std::string bytes = llama_stream_start();
+            bytes += sse_event(llama_completion_chunk(e.text, e.tokens, static_cast<int32_t>(tokens_.size())));
+            return queue_raw(std::move(bytes));
+        }
         if (!stream_mode_) return;
         std::string bytes = sse_->start(keep_alive_, cors_lines());
         bytes += sse_->content(e.text);
@@ -196,6 +206,20 @@ private:
     void on_done(const done_event& d) {
         generation_ = session_actor();
         if (client_gone_) return shutdown();
+        if (llama_) {
+            if (!stream_mode_) {
+                const std::vector<int32_t> none;
+                return reply(200, dump_json(llama_completion_response(*llama_, model_, text_, llama_->return_tokens ? tokens_ : none, d)),
+                             "application/json");
+            }
+            // The last event: the whole answer without the text and ids already streamed.
+            std::string bytes = llama_stream_start();
+            bytes += sse_event(dump_json(llama_completion_response(*llama_, model_, "", {}, d)));
+            bytes += kSseLastChunk;
+            queue_raw(std::move(bytes));
+            finish_stream_ = true;
+            return;
+        }
         if (stream_mode_) {
             std::string bytes = sse_->start(keep_alive_, cors_lines());
             bytes += sse_->done(d);
@@ -212,13 +236,27 @@ private:
         generation_ = session_actor();
         if (client_gone_) return shutdown();
         const int status = status_for_error_code(e.code);
-        if (stream_mode_ && sse_->started()) {
+        if (stream_mode_ && llama_ && llama_started_) {
+            std::string bytes = sse_event(error_body(ApiError{status, e.code, e.message, ""}));
+            bytes += kSseLastChunk;
+            queue_raw(std::move(bytes));
+            finish_stream_ = true;
+            return;
+        }
+        if (stream_mode_ && !llama_ && sse_->started()) {
             queue_raw(sse_->error(ApiError{status, e.code, e.message, ""}));
             finish_stream_ = true;
             return;
         }
         stream_mode_ = false;
         reply_error(status, e.code, e.message);
+    }
+
+    // The head of a streamed /completion answer with its first event; "" after.
+    std::string llama_stream_start() {
+        if (llama_started_) return "";
+        llama_started_ = true;
+        return sse_head(keep_alive_, cors_lines());
     }
 
     // The CORS header lines of a streamed response ("" without --cors-origin).
@@ -320,7 +358,10 @@ private:
     uint64_t generation_serial_ = 0;  // bumped per generation (stale disconnect watches compare it)
     bool chat_ = false, stream_mode_ = false, finish_stream_ = false, client_gone_ = false;
     bool head_ = false;               // the request is HEAD: reply() sends no body
-    std::optional<SseStream> sse_;    // the streamed response in progress
+    std::optional<SseStream> sse_;    // the streamed response in progress (OpenAI shapes)
+    std::optional<LlamaCompletionShape> llama_;  // answering POST /completion (llama-server's shapes)
+    std::vector<int32_t> tokens_;     // /completion: the ids generated so far
+    bool llama_started_ = false;      // /completion, streamed: the head is out
     std::string id_, model_, text_;
     int64_t created_ = 0;
     GenerationTiming timing_;

@@ -2,6 +2,7 @@
 #include "net/llama_server_routes.h"
 
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "actors/runtime.h"
@@ -135,6 +136,29 @@ RouteResult props(const RouteContext& ctx) {
                                  {"build_info", "specd"}});
 }
 
+// POST /completion: a generation answered in llama-server's shapes.
+RouteResult completion(const RouteRequest& req, const RouteContext& ctx) {
+    if (ctx.draining) return error_result(503, "draining", "the server is draining; retry on another instance");
+    RouteResult r;
+    r.kind = RouteResult::Kind::Generate;
+    LlamaCompletionShape shape;
+    try {
+        r.parsed = parse_llama_completion(parse_json(req.body), ctx.options.limits, shape);
+    } catch (const ApiError& e) {
+        return error_result(e.status, e.code, e.message, e.param);
+    }
+    if (!r.parsed.request.stop_at_eos) {
+        // ignore_eos as llama-server does it: the end-of-generation tokens
+        // are never sampled (logit bias -inf), so the text goes on.
+        const Tokenizer& tok = ctx.runtime.tokenizer();
+        for (int32_t id = 0; id < tok.n_vocab(); ++id) {
+            if (tok.is_end_of_generation(id)) r.parsed.request.sampling.logit_bias.push_back({id, -std::numeric_limits<float>::infinity()});
+        }
+    }
+    r.llama = std::move(shape);
+    return r;
+}
+
 }  // namespace
 
 std::optional<RouteResult> llama_server_route(const RouteRequest& req, const RouteContext& ctx, const std::string& p) {
@@ -152,10 +176,7 @@ std::optional<RouteResult> llama_server_route(const RouteRequest& req, const Rou
                             "/slots: specd schedules every request itself (continuous batching) and has no fixed slots; "
                             "see /metrics for the sessions running");
     }
-    if (p == "/completion" || p == "/completions") {
-        return error_result(501, "not_implemented",
-                            p + " (llama-server's own response shape) is not served yet: use the OpenAI-compatible /v1/completions");
-    }
+    if (p == "/completion" || p == "/completions") return post ? completion(req, ctx) : not_allowed();
     return std::nullopt;
 }
 

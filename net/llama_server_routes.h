@@ -8,8 +8,8 @@
 //   POST /props      501, as llama-server without --props
 //   GET  /slots      501, as llama-server with --no-slots: specd schedules
 //                    requests itself and has no fixed slots to show
-// /completion (llama-server's own generation shape) is not served yet: 501
-// naming /v1/completions, rather than a 404 a client cannot act on.
+//   POST /completion llama-server's generation endpoint (net/llama_completion.h);
+//                    /completions is its alias
 #pragma once
 
 #include <optional>

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "net/api.h"
+#include "net/llama_completion.h"
 #include "net/server.h"
 
 namespace specd {
@@ -64,6 +65,7 @@ struct RouteResult {
     bool close = false;    // close the connection after the response (the request could not be parsed sensibly)
     bool chat = false;     // Generate
     ParsedRequest parsed;  // Generate: the validated request
+    std::optional<LlamaCompletionShape> llama;  // Generate: answer in llama-server's /completion shapes
 };
 
 RouteResult handle_request(const RouteRequest& request, const RouteContext& context);

@@ -9,12 +9,6 @@ namespace specd::net {
 
 using nlohmann::json;
 
-namespace {
-
-constexpr std::string_view kLastChunk = "0\r\n\r\n";  // ends a chunked body
-
-}  // namespace
-
 std::string sse_event(std::string_view data) {
     char size[20];
     const int size_len = std::snprintf(size, sizeof size, "%zx\r\n", data.size() + 8);  // "data: " + "\n\n"
@@ -24,15 +18,19 @@ std::string sse_event(std::string_view data) {
     return chunk;
 }
 
+std::string sse_head(bool keep_alive, const std::string& cors_lines) {
+    return "HTTP/1.1 200 OK\r\nServer: specd\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+           "Transfer-Encoding: chunked\r\nConnection: " +
+           std::string(keep_alive ? "keep-alive" : "close") + "\r\n" + cors_lines + "\r\n";
+}
+
 SseStream::SseStream(bool chat, std::string id, std::string model, int64_t created, bool include_usage)
     : chat_(chat), id_(std::move(id)), model_(std::move(model)), created_(created), include_usage_(include_usage) {}
 
 std::string SseStream::start(bool keep_alive, const std::string& cors_lines) {
     if (started_) return "";
     started_ = true;
-    std::string out = "HTTP/1.1 200 OK\r\nServer: specd\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
-                      "Transfer-Encoding: chunked\r\nConnection: " +
-                      std::string(keep_alive ? "keep-alive" : "close") + "\r\n" + cors_lines + "\r\n";
+    std::string out = sse_head(keep_alive, cors_lines);
     if (chat_) {
         const std::string role = "assistant";
         out += sse_event(dump_json(chat_chunk(id_, model_, created_, &role, nullptr, "")));
@@ -60,14 +58,14 @@ std::string SseStream::done(const done_event& d) const {
         out += sse_event(dump_json(usage));
     }
     out += sse_event("[DONE]");
-    out += kLastChunk;
+    out += kSseLastChunk;
     return out;
 }
 
 std::string SseStream::error(const ApiError& e) const {
     std::string out = sse_event(error_body(e));
     out += sse_event("[DONE]");
-    out += kLastChunk;
+    out += kSseLastChunk;
     return out;
 }
 

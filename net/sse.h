@@ -16,6 +16,13 @@ namespace specd::net {
 // One SSE event as one HTTP chunk: "<size>\r\ndata: <data>\n\n\r\n".
 std::string sse_event(std::string_view data);
 
+// The head of a streamed response: 200, text/event-stream, chunked;
+// `cors_lines`: CORS header lines, each ending in CRLF.
+std::string sse_head(bool keep_alive, const std::string& cors_lines);
+
+// The last (empty) chunk, which ends a chunked body.
+inline constexpr std::string_view kSseLastChunk = "0\r\n\r\n";
+
 // One streamed completion's bytes, in order. The head goes out with the
 // first token (or the end), not at submission: a request that fails before
 // it (context_exceeded, a full queue) then answers with the status a

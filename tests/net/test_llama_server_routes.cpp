@@ -128,7 +128,7 @@ TEST_CASE("llama-server endpoints: bad input gets a 400 naming the field", "[net
     }
 }
 
-TEST_CASE("llama-server endpoints: /props shows the defaults a request gets; /slots, POST /props and /completion answer 501",
+TEST_CASE("llama-server endpoints: /props shows the defaults a request gets; /slots and POST /props answer 501",
           "[net][llama_server]") {
     REQUIRE(test::model_exists("stories15M-q8_0.gguf"));
     StandaloneRuntime host(config());
@@ -153,9 +153,82 @@ TEST_CASE("llama-server endpoints: /props shows the defaults a request gets; /sl
     const Call slots = call(rt, options, net::RouteRequest::Method::get, "GET", "/slots");
     CHECK(slots.status == 501);
     CHECK_THAT(slots.body["error"]["message"].get<std::string>(), Catch::Contains("/slots"));
-    const Call completion = post(rt, options, "/completion", R"({"prompt": "x"})");
-    CHECK(completion.status == 501);
-    CHECK_THAT(completion.body["error"]["message"].get<std::string>(), Catch::Contains("/v1/completions"));
     CHECK(call(rt, options, net::RouteRequest::Method::get, "GET", "/tokenize").status == 405);
     CHECK(call(rt, options, net::RouteRequest::Method::post, "POST", "/nothing", "{}").status == 404);
+}
+
+namespace {
+
+// POST /completion through the router: the parsed request, or the error.
+net::RouteResult completion(Runtime& rt, const net::ServerOptions& options, const std::string& body) {
+    net::RouteRequest req;
+    req.method = net::RouteRequest::Method::post;
+    req.method_name = "POST";
+    req.target = "/completion";
+    req.body = body;
+    return net::handle_request(req, net::RouteContext{rt, options});
+}
+
+}  // namespace
+
+TEST_CASE("llama-server /completion: its fields map onto the request, its off values are accepted, what specd would not honour "
+          "is a 400 naming the field",
+          "[net][llama_server]") {
+    REQUIRE(test::model_exists("stories15M-q8_0.gguf"));
+    StandaloneRuntime host(config());
+    Runtime& rt = host.runtime();
+    net::ServerOptions options;
+    options.limits.max_tokens_limit = 500;
+
+    const net::RouteResult plain = completion(rt, options, R"({"prompt": "Hello", "n_predict": -1, "seed": -1, "temperature": -1,
+        "top_k": -5, "cache_prompt": true, "id_slot": -1, "n_keep": 4, "dry_multiplier": 0, "mirostat": 0, "ignore_eos": true})");
+    REQUIRE(plain.kind == net::RouteResult::Kind::Generate);
+    REQUIRE(plain.llama.has_value());
+    CHECK(plain.llama->prompt == "Hello");
+    CHECK_FALSE(plain.llama->return_tokens);
+    const generate_request& r = plain.parsed.request;
+    CHECK(r.max_tokens == 500);  // -1: until the end, bounded by max_tokens_limit
+    CHECK(r.sampling.temperature == 0.0f);
+    CHECK(r.sampling.top_k == 0);
+    CHECK(r.sampling.seed == SamplingParams{}.seed);
+    CHECK_FALSE(r.stop_at_eos);
+    CHECK(plain.llama->generation_settings["ignore_eos"] == true);
+
+    // samplers: the ones left out are off; the order must be llama.cpp's.
+    const net::RouteResult chain = completion(rt, options, R"({"prompt": [1, 15043], "n_predict": 8, "samplers": ["top_k", "temperature"]})");
+    REQUIRE(chain.kind == net::RouteResult::Kind::Generate);
+    CHECK(chain.parsed.request.prompt_tokens == std::vector<int32_t>{1, 15043});
+    CHECK(chain.parsed.request.max_tokens == 8);
+    CHECK(chain.parsed.request.sampling.top_k == SamplingParams{}.top_k);
+    CHECK(chain.parsed.request.sampling.top_p == 1.0f);
+    CHECK(chain.parsed.request.sampling.min_p == 0.0f);
+    CHECK(chain.parsed.request.sampling.repeat_penalty == 1.0f);
+
+    const std::pair<const char*, const char*> refused[] = {
+        {R"({"prompt": "x", "typical_p": 0.5})", "typical_p"},
+        {R"({"prompt": "x", "mirostat": 2})", "mirostat"},
+        {R"({"prompt": "x", "dry_multiplier": 0.8})", "dry_multiplier"},
+        {R"({"prompt": "x", "xtc_probability": 0.5})", "xtc_probability"},
+        {R"({"prompt": "x", "dynatemp_range": 0.5})", "dynatemp_range"},
+        {R"({"prompt": "x", "n_probs": 3})", "n_probs"},
+        {R"({"prompt": "x", "n_cmpl": 2})", "n_cmpl"},
+        {R"({"prompt": "x", "id_slot": 2})", "id_slot"},
+        {R"({"prompt": "x", "n_predict": 0})", "n_predict"},
+        {R"({"prompt": "x", "n_predict": 501})", "n_predict"},
+        {R"({"prompt": ["a", 15043]})", "prompt"},
+        {R"({"prompt": [[1, 2], [3]]})", "prompt"},
+        {R"({"prompt": "x", "samplers": ["temperature", "top_k"]})", "samplers"},
+        {R"({"prompt": "x", "samplers": ["mirostat"]})", "samplers"},
+        {R"({"prompt": "x", "max_tokens": 5})", "max_tokens"},
+        {R"({"prompt": "x", "ignore_eos": "yes"})", "ignore_eos"},
+        {R"({"prompt": "x", "lora": [{"id": 0, "scale": 1}]})", "lora"},
+        {R"({"n_predict": 4})", "prompt"},
+    };
+    for (const auto& [body, param] : refused) {
+        INFO(body);
+        const net::RouteResult bad = completion(rt, options, body);
+        REQUIRE(bad.kind == net::RouteResult::Kind::Respond);
+        CHECK(bad.status == 400);
+        CHECK(json::parse(bad.body)["error"]["param"] == param);
+    }
 }

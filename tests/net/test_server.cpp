@@ -278,3 +278,92 @@ TEST_CASE("a WebSocket client that stops reading loses no token; one whose send 
         server.stop();
     }
 }
+
+TEST_CASE("llama-server's POST /completion over a real socket: its shapes, the same greedy text as /v1/completions, streamed alike",
+          "[net][llama_server]") {
+    REQUIRE(test::model_exists("stories15M-f32.gguf"));
+    StandaloneRuntime host(config());
+    net::ServerOptions opt;
+    opt.port = 0;
+    net::Server server(host.runtime(), opt);
+    const uint16_t port = server.start();
+
+    const Reply openai = call(port, http::verb::post, "/v1/completions", R"({"prompt":"Once upon a time","max_tokens":20,"temperature":0})");
+    REQUIRE(openai.status == 200);
+    const std::string expected = json::parse(openai.body)["choices"][0]["text"].get<std::string>();
+
+    // Whole answer: llama-server's fields, n_predict reached ("limit").
+    const Reply whole = call(port, http::verb::post, "/completion",
+                             R"({"prompt":"Once upon a time","n_predict":20,"temperature":0,"return_tokens":true,"cache_prompt":true,"id_slot":-1})");
+    REQUIRE(whole.status == 200);
+    CHECK(whole.content_type == "application/json");
+    const json w = json::parse(whole.body);
+    CHECK(w["content"] == expected);
+    CHECK(w["stop"] == true);
+    CHECK(w["stop_type"] == "limit");
+    CHECK(w["stopping_word"] == "");
+    CHECK(w["tokens_predicted"] == 20);
+    CHECK(w["tokens"].size() == 20);
+    CHECK(w["tokens_evaluated"].get<int>() > 1);
+    CHECK(w["prompt"] == "Once upon a time");
+    CHECK(w["truncated"] == false);
+    CHECK(w["generation_settings"]["n_predict"] == 20);
+    CHECK(w["timings"]["predicted_n"] == 20);
+    CHECK(w["model"] == "stories15M-f32");
+
+    // A stop word inside the greedy text: the content ends before it.
+    const size_t cut = expected.find(' ', 8);
+    REQUIRE(cut != std::string::npos);
+    const std::string word = expected.substr(cut, 3);
+    const Reply stopped = call(port, http::verb::post, "/completion",
+                               json{{"prompt", "Once upon a time"}, {"n_predict", 20}, {"temperature", 0}, {"stop", {word}}}.dump());
+    REQUIRE(stopped.status == 200);
+    const json s = json::parse(stopped.body);
+    CHECK(s["stop_type"] == "word");
+    CHECK(s["stopping_word"] == word);
+    CHECK(s["content"] == expected.substr(0, expected.find(word)));
+    CHECK(s["tokens"] == json::array());  // return_tokens not asked
+
+    // Streamed: one event per token event with its ids, then the whole
+    // answer with stop true; no [DONE].
+    const Reply sse = call(port, http::verb::post, "/completion",
+                           R"({"prompt":"Once upon a time","n_predict":20,"temperature":0,"stream":true})");
+    REQUIRE(sse.status == 200);
+    CHECK(sse.content_type == "text/event-stream");
+    std::string text;
+    size_t ids = 0, at = 0;
+    json last;
+    while ((at = sse.body.find("data: ", at)) != std::string::npos) {
+        const size_t end = sse.body.find("\n\n", at);
+        const std::string data = sse.body.substr(at + 6, end - at - 6);
+        at = end;
+        REQUIRE(data != "[DONE]");
+        last = json::parse(data);
+        text += last["content"].get<std::string>();
+        ids += last["tokens"].size();
+        if (last["stop"] == true) break;
+    }
+    CHECK(text == expected);
+    CHECK(ids == 20);
+    CHECK(last["stop"] == true);
+    CHECK(last["stop_type"] == "limit");
+    CHECK(last["tokens_predicted"] == 20);
+
+    // ignore_eos is honoured: EOS (id 2) pushed to the top ends the text at
+    // once, and with ignore_eos it is never sampled.
+    const Reply ends = call(port, http::verb::post, "/completion", R"({"prompt":"The end.","n_predict":12,"temperature":0,"logit_bias":[[2, 50]]})");
+    REQUIRE(ends.status == 200);
+    CHECK(json::parse(ends.body)["stop_type"] == "eos");
+    CHECK(json::parse(ends.body)["content"] == "");
+    const Reply on = call(port, http::verb::post, "/completion",
+                          R"({"prompt":"The end.","n_predict":12,"temperature":0,"logit_bias":[[2, 50]],"ignore_eos":true})");
+    REQUIRE(on.status == 200);
+    CHECK(json::parse(on.body)["stop_type"] == "limit");
+    CHECK(json::parse(on.body)["tokens_predicted"] == 12);
+
+    // Refused with a 400 naming the field.
+    const Reply typical = call(port, http::verb::post, "/completion", R"({"prompt":"x","typical_p":0.5})");
+    CHECK(typical.status == 400);
+    CHECK(json::parse(typical.body)["error"]["param"] == "typical_p");
+    CHECK(call(port, http::verb::get, "/completion").status == 405);
+}
