@@ -137,6 +137,8 @@ private:
               std::to_string(micros.count() % 1000000000);
         model_ = state_->runtime.model_name();
         if (stream_mode_) sse_.emplace(chat, id_, model_, created_, parsed.include_usage);
+        all_ = token_event{};
+        logprobs_asked_ = parsed.request.sampling.logprobs >= 0;
         parsed.request.id = id_;
         std::weak_ptr<HttpSession> weak = weak_from_this();
         const asio::any_io_executor strand = stream_.get_executor();
@@ -186,10 +188,14 @@ private:
 
     void on_token(const token_event& e) {
         timing_.on_tokens(state_->metrics, e.tokens.size());
+        if (!stream_mode_ && logprobs_asked_) {
+            append_token_event(all_, e);  // the whole run's figures go in the one response (its text in all_.text)
+            return;
+        }
         text_ += e.text;
         if (!stream_mode_) return;
         std::string bytes = sse_->start(keep_alive_, cors_lines());
-        bytes += sse_->content(e.text);
+        bytes += sse_->tokens(e, token_piece());
         if (!bytes.empty()) queue_raw(std::move(bytes));
     }
 
@@ -203,8 +209,13 @@ private:
             finish_stream_ = true;
             return;
         }
-        const nlohmann::json body =
-            chat_ ? chat_response(id_, model_, created_, text_, d) : completion_response(id_, model_, created_, text_, d);
+        nlohmann::json logprobs = nullptr;
+        if (logprobs_asked_) {
+            logprobs = chat_ ? chat_logprobs_json(all_, token_piece()) : completion_logprobs_json(all_, token_piece(), 0);
+            text_ = std::move(all_.text);
+        }
+        const nlohmann::json body = chat_ ? chat_response(id_, model_, created_, text_, d, logprobs)
+                                          : completion_response(id_, model_, created_, text_, d, logprobs);
         reply(200, dump_json(body), "application/json");
     }
 
@@ -321,6 +332,14 @@ private:
     bool chat_ = false, stream_mode_ = false, finish_stream_ = false, client_gone_ = false;
     bool head_ = false;               // the request is HEAD: reply() sends no body
     std::optional<SseStream> sse_;    // the streamed response in progress
+    token_event all_;                 // not streamed, logprobs asked: every token so far with its figures and its text
+    bool logprobs_asked_ = false;     // the request asked for logprobs (the response then carries the object, even empty)
+
+    // Token ids to their bytes, for the logprobs objects.
+    TokenPiece token_piece() const {
+        const Tokenizer* tok = &state_->runtime.tokenizer();
+        return [tok](int32_t id) { return tok->token_to_piece(id, true); };
+    }
     std::string id_, model_, text_;
     int64_t created_ = 0;
     GenerationTiming timing_;
