@@ -2,13 +2,22 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <random>
 #include <vector>
 
+#include "engine/batch_drafter.h"
+#include "engine/batch_verifier.h"
 #include "engine/coupled_sampling.h"
 #include "engine/error.h"
+#include "engine/forward.h"
+#include "engine/session_core.h"
+#include "support/models.h"
+#include "support/session_driver.h"
 
 using namespace specd;
+using test::Driven;
+using test::drive;
 
 namespace {
 // Pearson's statistic of counts against probabilities.
@@ -72,4 +81,98 @@ TEST_CASE("coupled sampling: a draft racing with the same noise agrees as often 
     INFO("agreement " << rate << ", bound " << bound << ", 1 - TV " << 1.0 - tv);
     CHECK(rate >= bound - 0.02);
     CHECK(rate <= 1.0 - tv + 0.02);  // no coupling beats the maximal one
+}
+
+TEST_CASE("coupled sampling on stories15M: a seeded request's tokens are the same with speculation off, k 1, k 8, adaptive, "
+          "n-gram, and batched with others",
+          "[coupled][batch]") {
+    auto target = test::load("stories15M-q8_0.gguf");
+    auto draft = test::load("stories15M-q4_0.gguf");
+    const Tokenizer& tok = target->tokenizer();
+    ThreadPool pool(2);
+    ForwardPass fwd(*target, pool), dfwd(*draft, pool);
+    const int32_t n_ctx = 256;
+    PagedKvCache kv(fwd.kv_shape(n_ctx, 4)), dkv(dfwd.kv_shape(n_ctx, 4));
+    const std::vector<std::string> prompts = {"Once upon a time", "The dog ran to the park and", "Lily had a red ball."};
+
+    struct Config {
+        const char* name;
+        bool speculative;
+        int32_t k;
+        bool adaptive;
+        bool ngram;
+    };
+    const std::vector<Config> configs = {{"k 1", true, 1, false, false}, {"k 8", true, 8, false, false},
+                                         {"adaptive", true, 8, true, false}, {"n-gram k 4", true, 4, false, true}};
+    for (const float temp : {0.8f, 1.0f}) {
+        for (const bool filtered : {false, true}) {
+            GenerationParams gp;
+            gp.max_tokens = 40;
+            gp.stop_at_eos = false;
+            gp.sampling.temperature = temp;
+            gp.sampling.coupled = true;
+            if (!filtered) {  // the whole distribution: the widest race
+                gp.sampling.top_k = 0;
+                gp.sampling.top_p = 1.0f;
+                gp.sampling.min_p = 0.0f;
+            }
+            auto core = [&](size_t prompt, uint64_t seed, const SpeculativeParams& sp, bool speculative) {
+                GenerationParams g = gp;
+                g.sampling.seed = seed;
+                return std::make_unique<SessionCore>(tok, tok.encode(prompts[prompt], true), g, sp, speculative, n_ctx);
+            };
+            // Plain decoding, each alone: the reference.
+            std::vector<std::vector<int32_t>> ref;
+            for (size_t i = 0; i < prompts.size(); ++i) {
+                BatchVerifier verifier(fwd, kv);
+                std::vector<Driven> one(1);
+                one[0].core = core(i, 1000 + i, SpeculativeParams{}, false);
+                drive(one, verifier, nullptr);
+                ref.push_back(one[0].core->output());
+            }
+            for (const Config& c : configs) {
+                SpeculativeParams sp;
+                sp.draft_max = c.k;
+                sp.adaptive = c.adaptive;
+                int64_t accepted = 0;
+                // Alone, then all three batched, joining at different steps with different k.
+                for (const bool batched : {false, true}) {
+                    BatchVerifier verifier(fwd, kv);
+                    auto drafter = c.ngram ? std::make_unique<BatchDrafter>(nullptr, nullptr) : std::make_unique<BatchDrafter>(&dfwd, &dkv);
+                    std::vector<Driven> sessions;
+                    for (size_t i = 0; i < prompts.size(); ++i) {
+                        SpeculativeParams mine = sp;
+                        if (batched) mine.draft_max = std::max<int32_t>(1, c.k - static_cast<int32_t>(i) * 3);
+                        Driven d;
+                        d.core = core(i, 1000 + i, mine, c.speculative);
+                        d.start_round = batched ? static_cast<int>(i) * 3 : 0;
+                        sessions.push_back(std::move(d));
+                        if (!batched) {
+                            drive(sessions, verifier, drafter.get());
+                            INFO("temp " << temp << (filtered ? " filtered" : " full") << ", " << c.name << ", alone, prompt " << i);
+                            CHECK(sessions[0].core->output() == ref[i]);
+                            accepted += sessions[0].core->stats().n_accepted;
+                            sessions.clear();
+                        }
+                    }
+                    if (!batched) continue;
+                    drive(sessions, verifier, drafter.get());
+                    for (size_t i = 0; i < sessions.size(); ++i) {
+                        INFO("temp " << temp << (filtered ? " filtered" : " full") << ", " << c.name << ", batched, prompt " << i);
+                        CHECK(sessions[i].core->output() == ref[i]);
+                        accepted += sessions[i].core->stats().n_accepted;
+                    }
+                    CHECK(kv.used_blocks() == 0);
+                }
+                INFO(c.name);
+                if (!c.ngram) CHECK(accepted > 0);  // drafts were accepted, so the identity is not plain decoding's trivially
+            }
+            // The seed matters: another one gives other text.
+            BatchVerifier verifier(fwd, kv);
+            std::vector<Driven> other(1);
+            other[0].core = core(0, 5555, SpeculativeParams{}, false);
+            drive(other, verifier, nullptr);
+            CHECK(other[0].core->output() != ref[0]);
+        }
+    }
 }
