@@ -176,3 +176,89 @@ TEST_CASE("coupled sampling on stories15M: a seeded request's tokens are the sam
         }
     }
 }
+
+// The acceptance of coupled sampling against the rejection rule's, paired:
+// along seeded trajectories of stories15M, at each position the target's
+// distribution q (q8_0) and the draft's p (q4_0, full head) after the
+// request's transforms and filters; the rejection rule accepts a draft
+// token with probability 1 - TV(p, q) (the most any coupling can), the race
+// agrees with the probability estimated over 256 noise keys. Hidden (run it
+// by its tag, docs/BENCHMARKS.md); it prints the figures and checks the
+// coupling's known bounds, (1 - TV) / (1 + TV) <= agreement <= 1 - TV.
+TEST_CASE("coupled sampling: acceptance against the rejection rule's on stories15M, paired per position", "[.acceptance]") {
+    auto target = test::load("stories15M-q8_0.gguf");
+    auto draft = test::load("stories15M-q4_0.gguf");
+    const Tokenizer& tok = target->tokenizer();
+    ThreadPool pool(2);
+    ForwardPass fwd(*target, pool), dfwd(*draft, pool);
+    const int32_t n_ctx = 256;
+    PagedKvCache kv(fwd.kv_shape(n_ctx, 2)), dkv(dfwd.kv_shape(n_ctx, 2));
+    const std::vector<std::string> prompts = {"Once upon a time", "Lily and her brother Ben went to the park", "One day, a little dog named Max",
+                                              "The sun was shining and the birds were singing"};
+    const int kKeys = 256, kSeedsPerPrompt = 4, kTokens = 160;
+    const size_t V = static_cast<size_t>(fwd.n_vocab());
+    for (const float temp : {0.8f, 1.0f}) {
+        double sum_rejection = 0, sum_coupled = 0, sum_lower = 0;
+        int64_t positions = 0;
+        for (size_t pi = 0; pi < prompts.size(); ++pi) {
+            for (int s = 0; s < kSeedsPerPrompt; ++s) {
+                GenerationParams gp;  // llama.cpp's filters (top_k 40, top_p 0.95, min_p 0.05)
+                gp.max_tokens = kTokens;
+                gp.stop_at_eos = false;
+                gp.sampling.temperature = temp;
+                gp.sampling.coupled = true;
+                gp.sampling.seed = 1234 + pi * 100 + static_cast<uint64_t>(s);
+                const std::vector<int32_t> prompt = tok.encode(prompts[pi], true);
+                BatchVerifier verifier(fwd, kv);
+                std::vector<Driven> one(1);
+                one[0].core = std::make_unique<SessionCore>(tok, prompt, gp, SpeculativeParams{}, false, n_ctx);
+                drive(one, verifier, nullptr);
+                std::vector<int32_t> seq = prompt;
+                seq.insert(seq.end(), one[0].core->output().begin(), one[0].core->output().end());
+                seq.pop_back();  // rows 0..n-2 predict tokens 1..n-1
+                // Every row's logits from both models in one forward each.
+                auto rows = [&](ForwardPass& f, PagedKvCache& cache) {
+                    const int32_t id = cache.create_sequence();
+                    REQUIRE(cache.reserve(id, static_cast<int32_t>(seq.size())));
+                    BatchItem item{id, seq, true};
+                    const std::span<const float> l = f.forward(cache, std::span<const BatchItem>(&item, 1));
+                    std::vector<float> out(l.begin(), l.end());
+                    cache.free_sequence(id);
+                    return out;
+                };
+                const std::vector<float> tl = rows(fwd, kv), dl = rows(dfwd, dkv);
+                SamplingParams sp = gp.sampling;
+                sp.n_prompt = static_cast<int32_t>(prompt.size());
+                Sampler ts(sp, fwd.n_vocab()), ds(sp, dfwd.n_vocab());
+                std::vector<TokenProb> q, p;
+                std::vector<float> dense(V, 0.0f);
+                for (size_t row = prompt.size() - 1; row < seq.size(); ++row) {
+                    const auto history = std::span<const int32_t>(seq).first(row + 1);
+                    ts.distribution(tl.data() + row * V, history, q);
+                    ds.distribution(dl.data() + row * V, history, p);
+                    double tv = 0;
+                    for (const TokenProb& t : q) dense[static_cast<size_t>(t.id)] += t.p;
+                    for (const TokenProb& t : p) dense[static_cast<size_t>(t.id)] -= t.p;
+                    for (const TokenProb& t : q) tv += std::fabs(dense[static_cast<size_t>(t.id)]), dense[static_cast<size_t>(t.id)] = 0;
+                    for (const TokenProb& t : p) tv += std::fabs(dense[static_cast<size_t>(t.id)]), dense[static_cast<size_t>(t.id)] = 0;
+                    tv *= 0.5;
+                    int agree = 0;
+                    for (int k = 0; k < kKeys; ++k) {
+                        const uint64_t key_seed = 0x5eed0000ull + static_cast<uint64_t>(k);
+                        agree += coupled_pick(q, key_seed, static_cast<int64_t>(row + 1)) == coupled_pick(p, key_seed, static_cast<int64_t>(row + 1));
+                    }
+                    sum_rejection += 1.0 - tv;
+                    sum_coupled += static_cast<double>(agree) / kKeys;
+                    sum_lower += (1.0 - tv) / (1.0 + tv);
+                    ++positions;
+                }
+            }
+        }
+        const double rejection = sum_rejection / static_cast<double>(positions), coupled = sum_coupled / static_cast<double>(positions),
+                     lower = sum_lower / static_cast<double>(positions);
+        std::printf("temperature %.1f: %lld positions; per-position acceptance: rejection rule %.4f, coupled race %.4f, bound (1-TV)/(1+TV) %.4f\n",
+                    static_cast<double>(temp), static_cast<long long>(positions), rejection, coupled, lower);
+        CHECK(coupled <= rejection + 0.005);
+        CHECK(coupled >= lower - 0.005);
+    }
+}
