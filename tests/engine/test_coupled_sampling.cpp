@@ -12,6 +12,7 @@
 #include "engine/error.h"
 #include "engine/forward.h"
 #include "engine/session_core.h"
+#include "engine/speculative.h"
 #include "support/models.h"
 #include "support/session_driver.h"
 
@@ -175,6 +176,39 @@ TEST_CASE("coupled sampling on stories15M: a seeded request's tokens are the sam
             CHECK(other[0].core->output() != ref[0]);
         }
     }
+}
+
+TEST_CASE("coupled sampling in the single-sequence decoders (specd generate): SpeculativeDecoder's tokens equal PlainDecoder's",
+          "[coupled]") {
+    auto target = test::load("stories15M-q8_0.gguf");
+    auto draft = test::load("stories15M-q4_0.gguf");
+    const Tokenizer& tok = target->tokenizer();
+    ThreadPool pool(2);
+    ForwardPass fwd(*target, pool);
+    const int32_t n_ctx = 256;
+    PagedKvCache kv(fwd.kv_shape(n_ctx, 1));
+    DraftModelProposer proposer(*target, *draft, pool, n_ctx);
+    GenerationParams gp;
+    gp.max_tokens = 48;
+    gp.stop_at_eos = false;
+    gp.sampling.temperature = 1.0f;
+    gp.sampling.coupled = true;
+    const std::vector<int32_t> prompt = tok.encode("Once upon a time", true);
+    int32_t accepted = 0;
+    for (const uint64_t seed : {3ull, 4ull}) {
+        gp.sampling.seed = seed;
+        const std::vector<int32_t> plain = PlainDecoder(fwd, kv).generate(prompt, gp).tokens;
+        for (const auto& [k, adaptive] : std::vector<std::pair<int32_t, bool>>{{1, false}, {6, false}, {8, true}}) {
+            SpeculativeParams sp;
+            sp.draft_max = k;
+            sp.adaptive = adaptive;
+            const SpeculativeResult r = SpeculativeDecoder(fwd, kv, &proposer).generate(prompt, gp, sp);
+            INFO("seed " << seed << ", k " << k << (adaptive ? " adaptive" : " fixed"));
+            CHECK(r.tokens == plain);
+            accepted += static_cast<int32_t>(r.stats.n_accepted);
+        }
+    }
+    CHECK(accepted > 0);
 }
 
 // The acceptance of coupled sampling against the rejection rule's, paired:
