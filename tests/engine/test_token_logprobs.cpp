@@ -124,6 +124,14 @@ TEST_CASE("logprobs: top alternatives on stories15M are sorted, the chosen token
         }
     }
     CHECK(verifier.greedy_steps() == 0);  // logprobs need the rows: no argmax-only forward
+    // Greedy requests that ask for none keep the argmax-only path.
+    SamplingParams greedy;
+    greedy.temperature = 0.0f;
+    CHECK(BatchVerifier::argmax_suffices(greedy));
+    greedy.logprobs = 0;
+    CHECK_FALSE(BatchVerifier::argmax_suffices(greedy));
+    greedy.logprobs = kMaxTopLogprobs + 1;
+    CHECK_THROWS_WITH(greedy.validate(), Catch::Contains("logprobs"));
 }
 
 TEST_CASE("logprobs of tokens accepted from a draft equal plain decoding's (greedy, seeded, penalised; k 4 and 8, q4_0 draft)",
