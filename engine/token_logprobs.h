@@ -21,6 +21,7 @@
 #include <span>
 #include <vector>
 
+#include "engine/kernels.h"
 #include "engine/sampler.h"
 
 namespace specd {
@@ -60,10 +61,12 @@ public:
 private:
     struct Entry {
         int32_t id;
-        double z;
+        float logit;  // transformed, NaN as -inf
     };
     int32_t n_vocab_;
-    std::vector<Entry> top_;  // (<= kMaxTopLogprobs) heap of the best so far
+    Isa isa_;                   // the kernels' exp (engine/kernels.h)
+    std::vector<float> shifted_;  // (n_vocab) scratch: (logit - max) / T, then its exp
+    std::vector<Entry> top_;    // (<= kMaxTopLogprobs) heap of the best so far
 };
 
 }  // namespace specd

@@ -5,6 +5,8 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <cmath>
 #include <memory>
 #include <numeric>
@@ -197,5 +199,36 @@ TEST_CASE("logprobs of tokens accepted from a draft equal plain decoding's (gree
                 CHECK(drafted > 0);  // some tokens came from the draft: their figures were read from verification rows
             }
         }
+    }
+}
+
+// What reading the figures costs per emitted token (hidden; docs/BENCHMARKS.md):
+// one stories15M logit row, 32000 ids, read 2000 times.
+TEST_CASE("logprobs: cost per token of LogprobReader on a stories15M row", "[.cost]") {
+    auto target = load("stories15M-q8_0.gguf");
+    ThreadPool pool(1);
+    ForwardPass fwd(*target, pool);
+    PagedKvCache kv(fwd.kv_shape(64, 1));
+    const int32_t seq = kv.create_sequence();
+    const std::vector<int32_t> prompt = target->tokenizer().encode("Once upon a time", true);
+    REQUIRE(kv.reserve(seq, static_cast<int32_t>(prompt.size())));
+    const BatchItem item{seq, prompt, false};
+    const std::span<const float> row = fwd.forward(kv, std::span<const BatchItem>(&item, 1));
+    const std::vector<float> logits(row.begin(), row.end());
+    LogprobReader reader(fwd.n_vocab());
+    for (const int32_t n_top : {0, 5, 20}) {
+        SamplingParams p;
+        p.logprobs = n_top;
+        Sampler sampler(p, fwd.n_vocab());
+        TokenLogprobs out;
+        const int reps = 2000;
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int i = 0; i < reps; ++i) {
+            if (out.size() > 64) out.clear();
+            reader.read(sampler, logits.data(), prompt, 100, out);
+        }
+        const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / reps;
+        std::printf("top_logprobs %2d: %.4f ms per token\n", n_top, ms);
+        CHECK(ms > 0.0);
     }
 }
