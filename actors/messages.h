@@ -17,6 +17,7 @@
 // kMaxStopSequenceBytes). Re-exported here with the request they bound.
 #include "engine/speculative_params.h"
 #include "engine/stop_matcher.h"
+#include "engine/token_logprobs.h"
 
 namespace specd {
 
@@ -58,6 +59,7 @@ struct token_event {
     std::vector<uint8_t> from_draft;      // (tokens) 1: a drafted token the target accepted
     std::string text;                     // their UTF-8 text (a split character waits for its last byte)
     std::vector<uint32_t> text_ends;      // (tokens) where token i's bytes of text end (SessionCore::Emitted)
+    TokenLogprobs logprobs;               // (tokens) when sampling.logprobs >= 0 (engine/token_logprobs.h); else empty
 };
 
 // The end of a generation.
@@ -120,6 +122,7 @@ struct verify_result {
     int32_t open_requests = 0;            // requests open on the verifier (the load signal)
     double step_ms = 0.0;
     bool continued = false;               // run-ahead: the verifier goes on; its next result follows as a message
+    TokenLogprobs logprobs;               // (n_accepted + 1) when the job's sampling.logprobs >= 0; else empty
 };
 
 // Session → draft: propose up to k tokens after the request's context.
@@ -193,7 +196,12 @@ typename Inspector::result_type inspect(Inspector& f, LogitBias& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, SamplingParams& x) {
     return f(caf::meta::type_name("specd::SamplingParams"), x.temperature, x.top_k, x.top_p, x.min_p, x.repeat_penalty,
-             x.repeat_last_n, x.presence_penalty, x.frequency_penalty, x.penalty_window, x.n_prompt, x.logit_bias, x.seed);
+             x.repeat_last_n, x.presence_penalty, x.frequency_penalty, x.penalty_window, x.n_prompt, x.logit_bias, x.seed, x.coupled,
+             x.logprobs);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, TokenLogprobs& x) {
+    return f(caf::meta::type_name("specd::TokenLogprobs"), x.n_top, x.logprob, x.top_ids, x.top_logprobs);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, generate_request& x) {
@@ -202,7 +210,7 @@ typename Inspector::result_type inspect(Inspector& f, generate_request& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, token_event& x) {
-    return f(caf::meta::type_name("specd::token_event"), x.id, x.tokens, x.from_draft, x.text, x.text_ends);
+    return f(caf::meta::type_name("specd::token_event"), x.id, x.tokens, x.from_draft, x.text, x.text_ends, x.logprobs);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, done_event& x) {
@@ -222,7 +230,7 @@ typename Inspector::result_type inspect(Inspector& f, verify_msg& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, verify_result& x) {
     return f(caf::meta::type_name("specd::verify_result"), x.ok, x.kv_full, x.error, x.n_accepted, x.next, x.rng, x.batch_requests,
-             x.open_requests, x.step_ms, x.continued);
+             x.open_requests, x.step_ms, x.continued, x.logprobs);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, draft_msg& x) {

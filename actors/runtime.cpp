@@ -93,6 +93,7 @@ GenerateResult Runtime::generate(generate_request request) {
                 result.tokens.insert(result.tokens.end(), e.tokens.begin(), e.tokens.end());
                 result.from_draft.insert(result.from_draft.end(), e.from_draft.begin(), e.from_draft.end());
                 result.text += e.text;
+                for (size_t i = 0; i < e.logprobs.size(); ++i) result.logprobs.append(e.logprobs, i);
             },
             [&](done_event& e) {
                 result.ok = true;

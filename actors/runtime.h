@@ -68,6 +68,7 @@ struct GenerateResult {
     std::vector<uint8_t> from_draft;
     std::string text;
     int32_t token_events = 0;          // token events received
+    TokenLogprobs logprobs;            // (tokens) when request.sampling.logprobs >= 0
 };
 
 // The speculation defaults for requests that don't set their own; a

@@ -117,7 +117,8 @@ void session_do(session_ptr self, SessionProtocol::Emit& e) {
     auto& s = self->state;
     if (s.t_first < 0) s.t_first = now_ms();
     SessionCore::Emitted& x = e.emitted;
-    s.sink.token(token_event{s.id, std::move(x.tokens), std::move(x.from_draft), std::move(x.text), std::move(x.text_ends)});
+    s.sink.token(token_event{s.id, std::move(x.tokens), std::move(x.from_draft), std::move(x.text), std::move(x.text_ends),
+                             std::move(x.logprobs)});
 }
 
 void session_do(session_ptr self, SessionProtocol::Finish&) {

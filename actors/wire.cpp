@@ -2,6 +2,7 @@
 // of draft distributions and random states (actors/messages.h).
 #include "actors/wire.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -96,6 +97,7 @@ verify_result verify_result_from_outcome(VerifyOutcome& o, bool continued) {
     r.open_requests = o.open_requests;
     r.step_ms = o.step_ms;
     r.continued = continued;
+    r.logprobs = std::move(o.logprobs);
     return r;
 }
 
@@ -107,6 +109,10 @@ VerifyOutcome verify_outcome_from_result(const verify_result& r) {
     o.batch_requests = r.batch_requests;
     o.open_requests = r.open_requests;
     o.step_ms = r.step_ms;
+    o.logprobs = r.logprobs;
+    const size_t k = static_cast<size_t>(std::max(0, o.logprobs.n_top));
+    if (o.logprobs.top_ids.size() != o.logprobs.size() * k || o.logprobs.top_logprobs.size() != o.logprobs.size() * k)
+        throw Error("log-probabilities of " + std::to_string(o.logprobs.size()) + " tokens with mismatched alternatives");
     return o;
 }
 

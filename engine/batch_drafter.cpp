@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "engine/coupled_sampling.h"
 #include "engine/generate.h"
 
 namespace specd {
@@ -197,9 +198,16 @@ void BatchDrafter::model_draft(std::span<const DraftJob> jobs, std::vector<Draft
                     a.live = false;
                     continue;
                 }
-                token = Sampler::draw(dist_, a.rng);
-                o.draft.probs.emplace_back(dist_.begin(), dist_.end());
-                o.draft.has_probs = true;
+                if (job.sampling.coupled) {
+                    // The target's noise at this position: the verifier
+                    // accepts the token iff its own race picks it too, so
+                    // it needs no draft distribution.
+                    token = coupled_pick(dist_, job.sampling.seed, static_cast<int64_t>(a.history.size()));
+                } else {
+                    token = Sampler::draw(dist_, a.rng);
+                    o.draft.probs.emplace_back(dist_.begin(), dist_.end());
+                    o.draft.has_probs = true;
+                }
             }
             o.draft.tokens.push_back(token);
             a.history.push_back(token);

@@ -2,13 +2,15 @@
 
 #include <algorithm>
 
+#include "engine/coupled_sampling.h"
 #include "engine/generate.h"
 #include "engine/verify_draft.h"
 
 namespace specd {
 
 BatchVerifier::BatchVerifier(ForwardBackend& target, PagedKvCache& kv, BatchVerifierOptions options)
-    : fwd_(target), kv_(kv), options_(options), verifier_(target.n_vocab()), sampler_(SamplingParams{}, target.n_vocab()) {
+    : fwd_(target), kv_(kv), options_(options), verifier_(target.n_vocab()), sampler_(SamplingParams{}, target.n_vocab()),
+      logprob_reader_(target.n_vocab()) {
     if (options_.max_step_tokens < 1) throw Error("verifier: max_step_tokens must be >= 1");
     if (options_.prefill_chunk_tokens < 1) throw Error("verifier: prefill_chunk_tokens must be >= 1");
     options_.max_step_tokens = std::min(options_.max_step_tokens, fwd_.options().max_batch_tokens);
@@ -104,6 +106,15 @@ void BatchVerifier::finish_verify(Queued& q, Request& r, const TargetRows& rows,
     Rng rng(job.rng);
     const DraftVerdict verdict = verifier_.verify(rows, draft, sampler_, rng, r.history);
     kv_.truncate(r.seq, cached_before + 1 + verdict.n_accepted);
+    if (rows.logits && job.sampling.logprobs >= 0) {
+        // Row i chose token i of accepted + next, after the history up to it.
+        const size_t V = static_cast<size_t>(fwd_.n_vocab());
+        for (int32_t i = 0; i <= verdict.n_accepted; ++i) {
+            const int32_t token = i < verdict.n_accepted ? job.tokens[static_cast<size_t>(i) + 1] : verdict.next;
+            const auto seen = std::span<const int32_t>(r.history).first(static_cast<size_t>(cached_before + 1 + i));
+            logprob_reader_.read(sampler_, rows.logits + static_cast<size_t>(i) * V, seen, token, o.logprobs);
+        }
+    }
     r.history.push_back(verdict.next);
     o.n_accepted = verdict.n_accepted;
     o.next = verdict.next;
@@ -238,7 +249,9 @@ void BatchVerifier::step(std::vector<VerifyOutcome>& out) {
                 } else {
                     sampler_.set_params(q.job.sampling);
                     Rng rng(q.job.rng);
-                    const int32_t next = sampler_.sample(row, r.history, rng);
+                    const int32_t next = q.job.sampling.coupled ? coupled_sample(sampler_, row, r.history, dist_)
+                                                                : sampler_.sample(row, r.history, rng);
+                    if (q.job.sampling.logprobs >= 0) logprob_reader_.read(sampler_, row, r.history, next, o.logprobs);
                     r.history.push_back(next);
                     o.next = next;
                     o.rng = rng.state();

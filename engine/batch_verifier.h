@@ -17,6 +17,7 @@
 #include "engine/backend.h"
 #include "engine/proposer.h"
 #include "engine/sampler.h"
+#include "engine/token_logprobs.h"
 #include "engine/verify_draft.h"
 
 namespace specd {
@@ -48,6 +49,7 @@ struct VerifyOutcome {
     int32_t n_accepted = 0;       // drafted tokens accepted
     int32_t next = -1;            // the target's token after them (recovered or bonus); the new pending token
     RngState rng;                 // the request's random state after this job
+    TokenLogprobs logprobs;       // (n_accepted + 1) when sampling.logprobs >= 0: the accepted tokens', then next's; else empty
     int32_t batch_requests = 0;   // requests in the step that ran this job
     int32_t open_requests = 0;    // requests holding a sequence here (the load signal)
     int32_t batch_tokens = 0;     // tokens in that step
@@ -113,8 +115,9 @@ public:
 
     // Whether a job's next tokens are the plain argmax of the target's
     // logits: greedy sampling without a logit transform (a penalty or a
-    // logit_bias moves the argmax, and only the host sees the whole row).
-    static bool argmax_suffices(const SamplingParams& sampling) { return sampling.plain_argmax(); }
+    // logit_bias moves the argmax, and only the host sees the whole row),
+    // and no log-probabilities to read from the rows.
+    static bool argmax_suffices(const SamplingParams& sampling) { return sampling.plain_argmax() && sampling.logprobs < 0; }
 
 private:
     struct Request {
@@ -137,6 +140,8 @@ private:
     BatchVerifierOptions options_;
     DraftVerifier verifier_;           // the acceptance rule and its scratch
     Sampler sampler_;                  // parameters switched per job
+    LogprobReader logprob_reader_;     // a job's logprobs, when asked
+    std::vector<TokenProb> dist_;      // (<= n_vocab) scratch: a coupled pick's distribution
     std::unordered_map<uint64_t, Request> requests_;
     std::vector<Queued> queue_;        // in arrival order
     std::vector<VerifyOutcome> rejected_;

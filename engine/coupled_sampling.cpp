@@ -43,4 +43,9 @@ int32_t coupled_pick(std::span<const TokenProb> dist, uint64_t seed, int64_t pos
     return best;
 }
 
+int32_t coupled_sample(Sampler& sampler, const float* logits, std::span<const int32_t> history, std::vector<TokenProb>& scratch) {
+    sampler.distribution(logits, history, scratch);
+    return coupled_pick(scratch, sampler.params().seed, static_cast<int64_t>(history.size()));
+}
+
 }  // namespace specd

@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "engine/sampler.h"
 
@@ -28,5 +29,10 @@ double coupled_uniform(uint64_t position_key, int32_t token);
 // The race winner over `dist` (entries with p > 0; order does not matter).
 // Throws specd::Error if dist is empty.
 int32_t coupled_pick(std::span<const TokenProb> dist, uint64_t seed, int64_t position);
+// The sampler's pick at the position after `history` (history.size(), the
+// absolute position in prompt + output) under its params' seed:
+// coupled_pick(distribution(logits, history), seed, history.size()).
+// `scratch` holds the distribution (capacity reused).
+int32_t coupled_sample(Sampler& sampler, const float* logits, std::span<const int32_t> history, std::vector<TokenProb>& scratch);
 
 }  // namespace specd

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 
+#include "engine/coupled_sampling.h"
+
 namespace specd {
 
 const char* stop_reason_name(StopReason reason) {
@@ -69,6 +71,7 @@ GenerationResult PlainDecoder::generate(std::span<const int32_t> prompt, const G
 
     Sampler sampler(sampling, fwd_.n_vocab());
     Rng rng(params.sampling.seed);
+    std::vector<TokenProb> dist;  // (<= n_vocab) a coupled pick's distribution
     const Tokenizer& tok = fwd_.model().tokenizer();
 
     const double t0 = now_ms();
@@ -81,7 +84,8 @@ GenerationResult PlainDecoder::generate(std::span<const int32_t> prompt, const G
             result.stop = StopReason::Length;
             break;
         }
-        const int32_t next = sampler.sample(logits.data(), history_, rng);
+        const int32_t next = sampling.coupled ? coupled_sample(sampler, logits.data(), history_, dist)
+                                              : sampler.sample(logits.data(), history_, rng);
         if (params.stop_at_eos && tok.is_end_of_generation(next)) {
             result.stop = StopReason::Eos;
             break;

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "engine/coupled_sampling.h"
 #include "engine/forward.h"
 
 namespace specd {
@@ -212,10 +213,16 @@ void DraftModelProposer::propose(const ProposeRequest& request, Draft& out) {
         } else {
             sampler_->distribution(logits.data(), history_, dist_);
             if (dist_.empty() || dist_.front().p < request.p_min) break;
-            token = Sampler::draw(dist_, *request.rng);
-            if (out.probs.size() <= static_cast<size_t>(i)) out.probs.emplace_back();
-            out.probs[static_cast<size_t>(i)].assign(dist_.begin(), dist_.end());
-            out.has_probs = true;
+            if (sp.coupled) {
+                // The target's noise at this position (engine/coupled_sampling.h):
+                // the verifier needs no distribution.
+                token = coupled_pick(dist_, sp.seed, static_cast<int64_t>(history_.size()));
+            } else {
+                token = Sampler::draw(dist_, *request.rng);
+                if (out.probs.size() <= static_cast<size_t>(i)) out.probs.emplace_back();
+                out.probs[static_cast<size_t>(i)].assign(dist_.begin(), dist_.end());
+                out.has_probs = true;
+            }
         }
         out.tokens.push_back(token);
         history_.push_back(token);

@@ -56,6 +56,9 @@ void SamplingParams::validate() const {
     if (penalty_window != PenaltyWindow::Output && penalty_window != PenaltyWindow::LastN) {
         out_of_range("penalty_window", std::to_string(static_cast<int>(penalty_window)), "0 (the output) or 1 (the last repeat_last_n tokens)");
     }
+    if (logprobs < -1 || logprobs > kMaxTopLogprobs) {
+        out_of_range("logprobs", std::to_string(logprobs), "-1 (none) to " + std::to_string(kMaxTopLogprobs) + " alternatives");
+    }
     if (n_prompt < 0) out_of_range("n_prompt", std::to_string(n_prompt), ">= 0");
     if (logit_bias.size() > kMaxLogitBias) {
         out_of_range("logit_bias", std::to_string(logit_bias.size()) + " entries", "at most " + std::to_string(kMaxLogitBias) + " entries");

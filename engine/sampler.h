@@ -17,6 +17,10 @@ struct LogitBias {
     float bias = 0.0f;
 };
 
+// The most alternatives a request may ask for per token (OpenAI's
+// top_logprobs limit).
+inline constexpr int32_t kMaxTopLogprobs = 20;
+
 // The most logit_bias entries a request may give (OpenAI documents none;
 // its API refuses more than 300).
 inline constexpr size_t kMaxLogitBias = 300;
@@ -50,6 +54,19 @@ struct SamplingParams {              // defaults as llama.cpp's
     // request (target rows, draft rows) without a second channel.
     int32_t n_prompt = 0;
     std::vector<LogitBias> logit_bias;  // <= kMaxLogitBias entries, added in order (repeated ids add up)
+    // Coupled noise (engine/coupled_sampling.h): each position's token is
+    // coupled_pick(distribution, seed, position) instead of a draw from the
+    // request's random stream, and a drafted token is accepted iff it is
+    // that pick. The text then depends on (seed, prompt) only, not on the
+    // speculation (issue 35, item 9). false: the stream and the rejection
+    // rule. Honoured by the batch path (SessionCore, BatchVerifier,
+    // BatchDrafter, DraftVerifier).
+    bool coupled = false;
+    // Log-probabilities to report per emitted token (engine/token_logprobs.h):
+    // -1 none; 0..kMaxTopLogprobs the chosen token's and that many most
+    // likely alternatives. Not a transform: it only makes the verifier keep
+    // the logits (no argmax-only forward) and read them.
+    int32_t logprobs = -1;
     // specd::Error naming the field, the value and the allowed range.
     void validate() const;
     // validate(), and every logit_bias id inside a vocabulary of n_vocab
@@ -119,6 +136,13 @@ public:
     // Inverse CDF on one rng.uniform() over dist in its order; a single-entry
     // dist is returned without drawing. Throws specd::Error if dist is empty.
     static int32_t draw(std::span<const TokenProb> dist, Rng& rng);
+    // The logits after logit_bias and the penalties, before the filters and
+    // the temperature: `logits` itself when nothing applies, else the
+    // sampler's scratch (n_vocab; valid until the next call). NaN and +inf
+    // are left as they are (readers sanitise).
+    const float* transformed_logits(const float* logits, std::span<const int32_t> history) {
+        return apply_transforms(logits, history) ? transformed_.data() : logits;
+    }
 
 private:
     struct Candidate {

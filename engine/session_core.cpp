@@ -28,6 +28,9 @@ SessionCore::SessionCore(const Tokenizer& tokenizer, std::vector<int32_t> prompt
       decoder_(tokenizer, DecodeAt::Continuation),
       stop_matcher_(params.stop) {
     params_.sampling.n_prompt = n_prompt_;  // every job carries it: the penalties' output window starts there
+    // A coupled request without a seed races with a random one, fixed for
+    // the whole request (drawn from the stream just seeded at random).
+    if (params_.sampling.coupled && params_.sampling.seed == kRandomSeed) params_.sampling.seed = rng_.s[0] ^ rng_.s[2];
     params_.sampling.validate_for(tokenizer.n_vocab());
     if (params_.max_tokens < 1) throw Error("max_tokens must be >= 1, got " + std::to_string(params_.max_tokens));
     if (params_.stop.size() > kMaxStopSequences)
@@ -63,12 +66,18 @@ void SessionCore::stop(StopReason reason) {
     stop_ = reason;
 }
 
-void SessionCore::emit(int32_t token, bool drafted) {
+void SessionCore::emit(int32_t token, bool drafted, const TokenLogprobs* lp, size_t lp_index) {
     if (finished_) return;
     if (params_.stop_at_eos && tokenizer_.is_end_of_generation(token)) return stop(StopReason::Eos);
     output_.push_back(token);
     pending_emit_.tokens.push_back(token);
     pending_emit_.from_draft.push_back(drafted ? 1 : 0);
+    if (params_.sampling.logprobs >= 0) {
+        // A verifier that lost the figures (a malformed reply) would leave
+        // tokens without them: fail loudly rather than misalign the run.
+        if (!lp || lp_index >= lp->size()) throw Error("verifier reply lacks the log-probabilities of token " + std::to_string(token));
+        pending_emit_.logprobs.append(*lp, lp_index);
+    }
     if (stop_matcher_.active()) {
         decoded_.clear();
         decoder_.push(token, decoded_);
@@ -87,7 +96,7 @@ void SessionCore::on_prefill(const VerifyOutcome& o) {
     rng_ = o.rng;
     last_load_ = std::max({1, o.batch_requests, o.open_requests});
     history_.push_back(o.next);
-    emit(o.next, false);
+    emit(o.next, false, &o.logprobs, 0);
     if (!finished_ && static_cast<int32_t>(history_.size()) > n_ctx_) stop(StopReason::ContextFull);
 }
 
@@ -174,10 +183,10 @@ void SessionCore::on_verify(const VerifyOutcome& o) {
     for (int32_t i = 0; i < n_accepted; ++i) {
         const int32_t d = draft_.tokens[static_cast<size_t>(i)];
         history_.push_back(d);
-        emit(d, true);
+        emit(d, true, &o.logprobs, static_cast<size_t>(i));
     }
     history_.push_back(o.next);
-    emit(o.next, false);
+    emit(o.next, false, &o.logprobs, static_cast<size_t>(n_accepted));
     draft_.clear();
     // The pending token needs a cache slot on the next step.
     if (!finished_ && static_cast<int32_t>(history_.size()) > n_ctx_) stop(StopReason::ContextFull);
@@ -203,6 +212,8 @@ void SessionCore::take_emitted(Emitted& out) {
     out.from_draft.swap(pending_emit_.from_draft);
     out.text.swap(pending_emit_.text);
     out.text_ends.swap(pending_emit_.text_ends);
+    std::swap(out.logprobs, pending_emit_.logprobs);
+    pending_emit_.logprobs.clear();
     pending_emit_.tokens.clear();
     pending_emit_.from_draft.clear();
     pending_emit_.text.clear();

@@ -28,7 +28,9 @@ namespace specd {
 class SessionCore {
 public:
     // `spec.draft_max` 0 (or speculative false) decodes plainly through the
-    // same path. Throws specd::Error for invalid parameters or a prompt that
+    // same path. With params.sampling.coupled and the random seed
+    // (kRandomSeed), a seed is drawn here, so that every job of the request
+    // races with the same noise. Throws specd::Error for invalid parameters or a prompt that
     // does not fit `n_ctx`.
     SessionCore(const Tokenizer& tokenizer, std::vector<int32_t> prompt, const GenerationParams& params,
                 const SpeculativeParams& spec, bool speculative, int32_t n_ctx, LoadPolicy load = {});
@@ -88,6 +90,9 @@ public:
         // split character carries all its bytes; the final flush goes to
         // the last token), so a client can mark each token's own text.
         std::vector<uint32_t> text_ends;
+        // (tokens) each token's log-probabilities (engine/token_logprobs.h)
+        // when the request asked (sampling.logprobs >= 0); else empty.
+        TokenLogprobs logprobs;
     };
     void take_emitted(Emitted& out);
 
@@ -108,7 +113,8 @@ public:
     int32_t max_positions() const;
 
 private:
-    void emit(int32_t token, bool drafted);
+    // `lp`: the outcome's figures, of which token `lp_index` is this one's (null: none asked).
+    void emit(int32_t token, bool drafted, const TokenLogprobs* lp = nullptr, size_t lp_index = 0);
     void stop(StopReason reason);
     const Tokenizer& tokenizer_;
     std::vector<int32_t> prompt_;

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "engine/coupled_sampling.h"
+
 namespace specd {
 
 // ------------------------------------------------------- k controller ---
@@ -191,7 +193,8 @@ SpeculativeResult SpeculativeDecoder::generate(std::span<const int32_t> prompt, 
         result.stop = StopReason::Length;
         return result;
     }
-    int32_t pending = sampler.sample(logits.data(), history_, rng);
+    std::vector<TokenProb> dist;  // (<= n_vocab) a coupled pick's distribution
+    int32_t pending = sampling.coupled ? coupled_sample(sampler, logits.data(), history_, dist) : sampler.sample(logits.data(), history_, rng);
     history_.push_back(pending);
     bool running = emit(pending, false);
     const int32_t V = fwd_.n_vocab();

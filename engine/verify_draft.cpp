@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "engine/coupled_sampling.h"
 #include "engine/error.h"
 
 namespace specd {
@@ -99,6 +100,15 @@ DraftVerdict DraftVerifier::verify(const TargetRows& rows, const DraftToVerify& 
                 v.next = rows.argmax[i];
                 return v;
             }
+        } else if (sampler.params().coupled) {
+            // Coupled noise: d stands iff it is the target's own pick at
+            // this position; otherwise that pick is the next token.
+            sampler.distribution(rows.logits + i * V, history, q_);
+            const int32_t pick = coupled_pick(q_, sampler.params().seed, static_cast<int64_t>(history.size()));
+            if (d != pick) {
+                v.next = pick;
+                return v;
+            }
         } else {
             sampler.distribution(rows.logits + i * V, history, q_);
             const std::span<const TokenProb> p = draft.probs.empty() ? std::span<const TokenProb>() : std::span<const TokenProb>(draft.probs[i]);
@@ -108,7 +118,13 @@ DraftVerdict DraftVerifier::verify(const TargetRows& rows, const DraftToVerify& 
     }
     // Every drafted token accepted: the bonus token from the last row.
     const size_t last = static_cast<size_t>(n_draft);
-    v.next = rows.logits ? sampler.sample(rows.logits + last * V, history, rng) : rows.argmax[last];
+    if (!rows.logits) {
+        v.next = rows.argmax[last];
+    } else if (sampler.params().coupled) {
+        v.next = coupled_sample(sampler, rows.logits + last * V, history, q_);
+    } else {
+        v.next = sampler.sample(rows.logits + last * V, history, rng);
+    }
     return v;
 }
 

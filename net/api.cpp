@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "config/json_text.h"
+#include "net/logprobs_json.h"
 
 namespace specd::net {
 
@@ -88,8 +89,6 @@ void refuse_unsupported(const json& body) {
     const auto zero = [](const json& v) { return v.is_number() && v.get<double>() == 0.0; };
     const auto is_false = [](const json& v) { return v.is_boolean() && !v.get<bool>(); };
     const auto empty = [](const json& v) { return (v.is_array() || v.is_object() || v.is_string()) && v.empty(); };
-    off("logprobs", [&](const json& v) { return is_false(v) || zero(v); });
-    off("top_logprobs", zero);
     off("echo", is_false);
     off("suffix", empty);
     off("best_of", [](const json& v) { return v.is_number_integer() && v.get<int64_t>() == 1; });
@@ -247,7 +246,37 @@ ParsedRequest parse_generation(const json& body, ApiKind kind, const RequestLimi
         r.sampling.penalty_window = PenaltyWindow::LastN;
     }
     if (const json* v = given(body, "logit_bias")) r.sampling.logit_bias = logit_bias(*v, limits.n_vocab);
-    if (const json* v = given(body, "seed")) r.sampling.seed = static_cast<uint64_t>(integer(*v, "seed", 0, INT64_MAX));
+    // seed: the text then depends on (seed, prompt, parameters) only, with
+    // speculation on or off, at any draft length, alone or batched: each
+    // position's token is the race winner under noise keyed on (seed,
+    // position) (engine/coupled_sampling.h). Unseeded requests keep the
+    // random stream and the rejection rule (docs/BENCHMARKS.md: its
+    // acceptance is the higher).
+    if (const json* v = given(body, "seed")) {
+        r.sampling.seed = static_cast<uint64_t>(integer(*v, "seed", 0, INT64_MAX));
+        r.sampling.coupled = true;
+    }
+    // Log-probabilities (engine/token_logprobs.h says of which distribution):
+    // completions take OpenAI's integer logprobs (alternatives per token),
+    // chat and the WebSocket its pair logprobs: true + top_logprobs.
+    if (kind == ApiKind::Completion) {
+        if (const json* v = given(body, "logprobs"); v && !(v->is_boolean() && !v->get<bool>())) {
+            if (!v->is_number_integer())
+                bad("logprobs", "logprobs must be an integer in [0, " + std::to_string(kMaxTopLogprobs) +
+                                    "] on /v1/completions (alternatives per token), got " + shown(*v));
+            r.sampling.logprobs = static_cast<int32_t>(integer(*v, "logprobs", 0, kMaxTopLogprobs));
+        }
+        if (const json* v = given(body, "top_logprobs"); v && !(v->is_number() && v->get<double>() == 0.0))
+            bad("top_logprobs", "top_logprobs belongs to /v1/chat/completions; completions take logprobs: N (0 to " +
+                                    std::to_string(kMaxTopLogprobs) + ")");
+    } else {
+        const json* on = given(body, "logprobs");
+        const bool wanted = on && boolean(*on, "logprobs");
+        int32_t top = 0;
+        if (const json* v = given(body, "top_logprobs")) top = static_cast<int32_t>(integer(*v, "top_logprobs", 0, kMaxTopLogprobs));
+        if (top > 0 && !wanted) bad("top_logprobs", "top_logprobs needs logprobs: true");
+        if (wanted) r.sampling.logprobs = top;
+    }
     if (const json* v = given(body, "n"); v && !(v->is_number_integer() && v->get<int64_t>() == 1)) bad("n", "only n = 1 is supported");
     if (const json* v = given(body, "stop")) {
         // A string or an array of strings (OpenAI: up to 4; llama-server more).
@@ -320,33 +349,34 @@ json speculative_json(const done_event& d) {
 }
 
 json completion_response(const std::string& id, const std::string& model, int64_t created, const std::string& text,
-                         const done_event& d) {
+                         const done_event& d, const json& logprobs) {
     return {{"id", id}, {"object", "text_completion"}, {"created", created}, {"model", model}, {"system_fingerprint", kSystemFingerprint},
-            {"choices", json::array({{{"index", 0}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", openai_finish_reason(d.finish_reason)}}})},
+            {"choices", json::array({{{"index", 0}, {"text", text}, {"logprobs", logprobs}, {"finish_reason", openai_finish_reason(d.finish_reason)}}})},
             {"usage", usage_json(d)}, {"timings", timings_json(d)}, {"speculative", speculative_json(d)}};
 }
 
-json chat_response(const std::string& id, const std::string& model, int64_t created, const std::string& text, const done_event& d) {
+json chat_response(const std::string& id, const std::string& model, int64_t created, const std::string& text, const done_event& d,
+                   const json& logprobs) {
     return {{"id", id}, {"object", "chat.completion"}, {"created", created}, {"model", model}, {"system_fingerprint", kSystemFingerprint},
             {"choices", json::array({{{"index", 0}, {"message", {{"role", "assistant"}, {"content", text}}},
-                                      {"logprobs", nullptr}, {"finish_reason", openai_finish_reason(d.finish_reason)}}})},
+                                      {"logprobs", logprobs}, {"finish_reason", openai_finish_reason(d.finish_reason)}}})},
             {"usage", usage_json(d)}, {"timings", timings_json(d)}, {"speculative", speculative_json(d)}};
 }
 
 json completion_chunk(const std::string& id, const std::string& model, int64_t created, const std::string& text,
-                      const std::string& finish_reason) {
+                      const std::string& finish_reason, const json& logprobs) {
     return {{"id", id}, {"object", "text_completion"}, {"created", created}, {"model", model}, {"system_fingerprint", kSystemFingerprint},
-            {"choices", json::array({{{"index", 0}, {"text", text}, {"logprobs", nullptr},
+            {"choices", json::array({{{"index", 0}, {"text", text}, {"logprobs", logprobs},
                                       {"finish_reason", finish_reason.empty() ? json(nullptr) : json(finish_reason)}}})}};
 }
 
 json chat_chunk(const std::string& id, const std::string& model, int64_t created, const std::string* role, const std::string* content,
-                const std::string& finish_reason) {
+                const std::string& finish_reason, const json& logprobs) {
     json delta = json::object();
     if (role) delta["role"] = *role;
     if (content) delta["content"] = *content;
     return {{"id", id}, {"object", "chat.completion.chunk"}, {"created", created}, {"model", model}, {"system_fingerprint", kSystemFingerprint},
-            {"choices", json::array({{{"index", 0}, {"delta", delta}, {"logprobs", nullptr},
+            {"choices", json::array({{{"index", 0}, {"delta", delta}, {"logprobs", logprobs},
                                       {"finish_reason", finish_reason.empty() ? json(nullptr) : json(finish_reason)}}})}};
 }
 
@@ -397,7 +427,7 @@ std::string content_chunk_json(bool chat, const std::string& id, const std::stri
 // of every WebSocket generation on the network thread, and building then
 // dumping a json tree costs several allocations per frame (a std::map per
 // object). Keys in the documented order (docs/websocket-protocol.md).
-std::string ws_token_frame(const token_event& e) {
+std::string ws_token_frame(const token_event& e, const TokenPiece* piece) {
     std::string out;
     out.reserve(80 + e.id.size() + 2 * e.text.size() + 16 * e.tokens.size());
     out += R"({"type":"token","id":)";
@@ -427,7 +457,13 @@ std::string ws_token_frame(const token_event& e) {
             begin = e.text_ends[i];
         }
     }
-    out += "]}";
+    out += ']';
+    // Asked for (logprobs: true): chat's per-token entries, one per token id.
+    if (piece && !e.logprobs.empty()) {
+        out += R"(,"logprobs":)";
+        out += dump_json(chat_logprobs_json(e, *piece)["content"]);
+    }
+    out += '}';
     return out;
 }
 

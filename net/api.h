@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/messages.h"
+#include "net/logprobs_json.h"
 
 namespace specd::net {
 
@@ -80,15 +81,17 @@ nlohmann::json timings_json(const done_event& d);
 nlohmann::json speculative_json(const done_event& d);
 
 // Full (non-streamed) responses.
+// `logprobs`: the choice's logprobs object (net/logprobs_json.h), null when not asked.
 nlohmann::json completion_response(const std::string& id, const std::string& model, int64_t created, const std::string& text,
-                                   const done_event& d);
+                                   const done_event& d, const nlohmann::json& logprobs = nullptr);
 nlohmann::json chat_response(const std::string& id, const std::string& model, int64_t created, const std::string& text,
-                             const done_event& d);
-// One SSE chunk's JSON. finish_reason empty: a content chunk.
+                             const done_event& d, const nlohmann::json& logprobs = nullptr);
+// One SSE chunk's JSON. finish_reason empty: a content chunk; `logprobs`
+// the chunk's own tokens' (null when not asked).
 nlohmann::json completion_chunk(const std::string& id, const std::string& model, int64_t created, const std::string& text,
-                                const std::string& finish_reason);
+                                const std::string& finish_reason, const nlohmann::json& logprobs = nullptr);
 nlohmann::json chat_chunk(const std::string& id, const std::string& model, int64_t created, const std::string* role,
-                          const std::string* content, const std::string& finish_reason);
+                          const std::string* content, const std::string& finish_reason, const nlohmann::json& logprobs = nullptr);
 
 // Appends s as a JSON string literal (quotes, escapes; s must be UTF-8).
 void append_json_string(std::string& out, std::string_view s);
@@ -99,8 +102,10 @@ void append_json_string(std::string& out, std::string_view s);
 // OpenAI's order.
 std::string content_chunk_json(bool chat, const std::string& id, const std::string& model, int64_t created, const std::string& text);
 
-// WebSocket frames.
-std::string ws_token_frame(const token_event& e);
+// WebSocket frames. A token frame of a request that asked for logprobs
+// (`piece` given, e.logprobs not empty) adds "logprobs": chat's per-token
+// entries (net/logprobs_json.h), one per token id.
+std::string ws_token_frame(const token_event& e, const TokenPiece* piece = nullptr);
 std::string ws_done_frame(const done_event& d);
 std::string ws_error_frame(const std::string* id, const std::string& code, const std::string& message);
 

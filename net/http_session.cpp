@@ -140,6 +140,8 @@ private:
               std::to_string(micros.count() % 1000000000);
         model_ = state_->runtime.model_name();
         if (stream_mode_ && !llama_) sse_.emplace(chat, id_, model_, created_, parsed.include_usage);
+        all_ = token_event{};
+        logprobs_asked_ = parsed.request.sampling.logprobs >= 0;
         parsed.request.id = id_;
         std::weak_ptr<HttpSession> weak = weak_from_this();
         const asio::any_io_executor strand = stream_.get_executor();
@@ -189,6 +191,10 @@ private:
 
     void on_token(const token_event& e) {
         timing_.on_tokens(state_->metrics, e.tokens.size());
+        if (!stream_mode_ && logprobs_asked_) {
+            append_token_event(all_, e);  // the whole run's figures go in the one response (its text in all_.text)
+            return;
+        }
         text_ += e.text;
         if (llama_) {
             tokens_.insert(tokens_.end(), e.tokens.begin(), e.tokens.end());
@@ -199,7 +205,7 @@ private:
         }
         if (!stream_mode_) return;
         std::string bytes = sse_->start(keep_alive_, cors_lines());
-        bytes += sse_->content(e.text);
+        bytes += sse_->tokens(e, token_piece());
         if (!bytes.empty()) queue_raw(std::move(bytes));
     }
 
@@ -227,8 +233,13 @@ private:
             finish_stream_ = true;
             return;
         }
-        const nlohmann::json body =
-            chat_ ? chat_response(id_, model_, created_, text_, d) : completion_response(id_, model_, created_, text_, d);
+        nlohmann::json logprobs = nullptr;
+        if (logprobs_asked_) {
+            logprobs = chat_ ? chat_logprobs_json(all_, token_piece()) : completion_logprobs_json(all_, token_piece(), 0);
+            text_ = std::move(all_.text);
+        }
+        const nlohmann::json body = chat_ ? chat_response(id_, model_, created_, text_, d, logprobs)
+                                          : completion_response(id_, model_, created_, text_, d, logprobs);
         reply(200, dump_json(body), "application/json");
     }
 
@@ -362,6 +373,14 @@ private:
     std::optional<LlamaCompletionShape> llama_;  // answering POST /completion (llama-server's shapes)
     std::vector<int32_t> tokens_;     // /completion: the ids generated so far
     bool llama_started_ = false;      // /completion, streamed: the head is out
+    token_event all_;                 // not streamed, logprobs asked: every token so far with its figures and its text
+    bool logprobs_asked_ = false;     // the request asked for logprobs (the response then carries the object, even empty)
+
+    // Token ids to their bytes, for the logprobs objects.
+    TokenPiece token_piece() const {
+        const Tokenizer* tok = &state_->runtime.tokenizer();
+        return [tok](int32_t id) { return tok->token_to_piece(id, true); };
+    }
     std::string id_, model_, text_;
     int64_t created_ = 0;
     GenerationTiming timing_;

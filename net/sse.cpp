@@ -43,6 +43,15 @@ std::string SseStream::content(const std::string& text) const {
     return sse_event(content_chunk_json(chat_, id_, model_, created_, text));
 }
 
+std::string SseStream::tokens(const token_event& e, const TokenPiece& piece) {
+    const size_t base = text_bytes_;
+    text_bytes_ += e.text.size();
+    if (e.logprobs.empty()) return content(e.text);
+    const json chunk = chat_ ? chat_chunk(id_, model_, created_, nullptr, &e.text, "", chat_logprobs_json(e, piece))
+                             : completion_chunk(id_, model_, created_, e.text, "", completion_logprobs_json(e, piece, base));
+    return sse_event(dump_json(chunk));
+}
+
 std::string SseStream::done(const done_event& d) const {
     json last = chat_ ? chat_chunk(id_, model_, created_, nullptr, nullptr, openai_finish_reason(d.finish_reason))
                       : completion_chunk(id_, model_, created_, "", openai_finish_reason(d.finish_reason));

@@ -41,6 +41,10 @@ public:
     std::string start(bool keep_alive, const std::string& cors_lines);
     // A content chunk for `text` ("" for empty text). After start().
     std::string content(const std::string& text) const;
+    // The chunk of one token event: content(e.text) when it carries no
+    // log-probabilities; else a chunk with its text and its tokens'
+    // logprobs (net/logprobs_json.h), sent even when the text is held back.
+    std::string tokens(const token_event& e, const TokenPiece& piece);
     // The last chunks after start(): the finish reason with usage, timings
     // and speculation, the usage chunk when asked, [DONE], the last chunk.
     std::string done(const done_event& d) const;
@@ -53,6 +57,7 @@ private:
     int64_t created_;
     bool include_usage_;
     bool started_ = false;
+    size_t text_bytes_ = 0;  // completion text sent so far (completions' text_offset counts from its start)
 };
 
 }  // namespace specd::net

@@ -178,16 +178,12 @@ private:
             auto it = open_tokens_.find(e.id);
             if (it != open_tokens_.end() && it->second.seq > front_seq_) {
                 token_event& merged = it->second.event;
-                merged.tokens.insert(merged.tokens.end(), e.tokens.begin(), e.tokens.end());
-                merged.from_draft.insert(merged.from_draft.end(), e.from_draft.begin(), e.from_draft.end());
-                const auto shift = static_cast<uint32_t>(merged.text.size());
-                for (uint32_t end : e.text_ends) merged.text_ends.push_back(shift + end);
-                merged.text += e.text;
-                queue_[static_cast<size_t>(it->second.seq - front_seq_)] = ws_token_frame(merged);
+                append_token_event(merged, e);
+                queue_[static_cast<size_t>(it->second.seq - front_seq_)] = ws_token_frame(merged, &piece_);
                 return;
             }
         }
-        if (!push(ws_token_frame(e))) return;
+        if (!push(ws_token_frame(e, &piece_))) return;
         open_tokens_[e.id] = OpenTokens{front_seq_ + queue_.size() - 1, e};
     }
     static constexpr size_t kCoalesceAfter = 64;  // queued frames before token frames are merged
@@ -253,6 +249,8 @@ private:
 
     websocket::stream<beast::tcp_stream> ws_;
     std::shared_ptr<ServerState> state_;
+    // Token ids to their bytes, for the logprobs of token frames (the runtime's tokenizer outlives the connection).
+    TokenPiece piece_ = [tok = &state_->runtime.tokenizer()](int32_t id) { return tok->token_to_piece(id, true); };
     std::string connection_id_;      // "ws<n>": prefixes client ids in the log
     uint64_t closer_id_ = 0;         // our entry in the server's shutdown list
     beast::flat_buffer buffer_;

@@ -8,6 +8,8 @@
 #include <nlohmann/json.hpp>
 
 #include "net/api.h"
+#include "net/logprobs_json.h"
+#include "net/sse.h"
 
 using nlohmann::json;
 using specd::token_event;
@@ -91,4 +93,106 @@ TEST_CASE("openai_finish_reason: a cancelled generation stays \"cancelled\" (a c
     CHECK(specd::net::openai_finish_reason("context") == "length");
     CHECK(specd::net::openai_finish_reason("length") == "length");
     CHECK(specd::net::openai_finish_reason("stop") == "stop");
+}
+
+// ------------------------------------------------------------ logprobs ---
+
+namespace {
+// Token ids to bytes for the logprobs tests: 12 is half of a character.
+std::string test_piece(int32_t id) {
+    switch (id) {
+        case 10: return " a";
+        case 11: return "\"b\"";
+        case 12: return "\xe2\x82";
+        case 20: return "x";
+        default: return "y";
+    }
+}
+
+token_event logprob_event() {
+    // (the half character waits for its last byte: text_ends 5, 5)
+    token_event e{"r", {10, 11, 12}, {1, 1, 0}, " a\"b\"", {2, 5, 5}, {}};
+    e.logprobs.n_top = 2;
+    e.logprobs.logprob = {-0.25f, -1.5f, -3.0f};
+    e.logprobs.top_ids = {10, 20, 11, 21, 20, 12};
+    e.logprobs.top_logprobs = {-0.25f, -2.0f, -1.5f, -1.75f, -0.5f, -3.0f};
+    return e;
+}
+}  // namespace
+
+TEST_CASE("logprobs objects: chat's content entries and completions' parallel lists, shaped as OpenAI's", "[net][api][logprobs]") {
+    using namespace specd::net;
+    const token_event e = logprob_event();
+    const json chat = chat_logprobs_json(e, test_piece);
+    REQUIRE(chat.at("content").size() == 3);
+    const json& first = chat["content"][0];
+    CHECK(first.at("token") == " a");
+    CHECK(first.at("logprob").get<double>() == Approx(-0.25));
+    CHECK(first.at("bytes") == json::array({32, 97}));
+    REQUIRE(first.at("top_logprobs").size() == 2);
+    CHECK(first["top_logprobs"][1].at("token") == "x");
+    CHECK(first["top_logprobs"][1].at("logprob").get<double>() == Approx(-2.0));
+    CHECK(first["top_logprobs"][1].at("bytes") == json::array({120}));
+    // Half a character: the token text is repaired (U+FFFD), the bytes are exact.
+    CHECK(chat["content"][2].at("token") == "\xef\xbf\xbd");
+    CHECK(chat["content"][2].at("bytes") == json::array({0xe2, 0x82}));
+    for (const json& c : chat["content"]) CHECK(c.size() == 4);  // token, logprob, bytes, top_logprobs and nothing else
+
+    const json comp = completion_logprobs_json(e, test_piece, 7);
+    CHECK(comp.at("tokens") == json::array({" a", "\"b\"", "\xef\xbf\xbd"}));
+    REQUIRE(comp.at("token_logprobs").size() == 3);
+    CHECK(comp["token_logprobs"][1].get<double>() == Approx(-1.5));
+    REQUIRE(comp.at("top_logprobs").size() == 3);
+    CHECK(comp["top_logprobs"][0].size() == 2);
+    CHECK(comp["top_logprobs"][0].at("x").get<double>() == Approx(-2.0));
+    CHECK(comp["top_logprobs"][2].at("x").get<double>() == Approx(-0.5));
+    CHECK(comp.at("text_offset") == json::array({7, 9, 12}));  // each token's text starts where the one before ended
+
+    // A mismatched event is a programming error, not a silently short object.
+    token_event broken = e;
+    broken.logprobs.logprob.pop_back();
+    CHECK_THROWS(chat_logprobs_json(broken, test_piece));
+}
+
+TEST_CASE("logprobs in a WebSocket token frame (when asked) and across merged events and streamed chunks", "[net][api][logprobs]") {
+    using namespace specd::net;
+    const token_event e = logprob_event();
+    const TokenPiece piece = test_piece;
+    const json frame = json::parse(ws_token_frame(e, &piece));
+    REQUIRE(frame.at("logprobs").size() == 3);
+    CHECK(frame["logprobs"] == chat_logprobs_json(e, piece)["content"]);
+    CHECK(frame.at("token_ids") == json::array({10, 11, 12}));
+    CHECK_FALSE(json::parse(ws_token_frame(e)).contains("logprobs"));
+    token_event plain = e;
+    plain.logprobs = {};
+    CHECK_FALSE(json::parse(ws_token_frame(plain, &piece)).contains("logprobs"));
+
+    token_event merged = e;
+    append_token_event(merged, e);
+    CHECK(merged.tokens.size() == 6);
+    CHECK(merged.logprobs.size() == 6);
+    CHECK(merged.text_ends == std::vector<uint32_t>{2, 5, 5, 7, 10, 10});
+    CHECK(chat_logprobs_json(merged, piece)["content"][4] == chat_logprobs_json(e, piece)["content"][1]);
+
+    // Streamed completions: text_offset goes on from the text already sent;
+    // a chunk whose text is held back still carries its tokens' figures.
+    SseStream comp(false, "c", "m", 1, false);
+    (void)comp.start(true, "");
+    const auto data_of = [](const std::string& event) {
+        const size_t at = event.find("data: ");
+        return json::parse(event.substr(at + 6, event.find("\n\n", at) - at - 6));
+    };
+    (void)comp.tokens(e, piece);
+    token_event held = e;
+    held.text.clear();
+    held.text_ends = {0, 0, 0};
+    const json chunk = data_of(comp.tokens(held, piece));
+    CHECK(chunk["choices"][0].at("text") == "");
+    CHECK(chunk["choices"][0]["logprobs"].at("text_offset") == json::array({5, 5, 5}));
+    SseStream chat(true, "c", "m", 1, false);
+    (void)chat.start(true, "");
+    const json cchunk = data_of(chat.tokens(e, piece));
+    CHECK(cchunk["choices"][0]["delta"].at("content") == e.text);
+    CHECK(cchunk["choices"][0]["logprobs"] == chat_logprobs_json(e, piece));
+    CHECK(data_of(chat.tokens(plain, piece))["choices"][0]["logprobs"].is_null());
 }

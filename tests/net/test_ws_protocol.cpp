@@ -144,7 +144,7 @@ TEST_CASE("parse_generation: chat messages as SDKs send them: text parts, develo
 }
 
 TEST_CASE("parse_generation: a parameter specd does not implement is refused naming it; its off value is accepted", "[net][api]") {
-    for (const char* param : {R"("logprobs":true)", R"("top_logprobs":3)", R"("echo":true)", R"("suffix":"end")", R"("best_of":2)",
+    for (const char* param : {R"("echo":true)", R"("suffix":"end")", R"("best_of":2)",
                               R"("tools":[{"type":"function","function":{"name":"f"}}])", R"("tool_choice":"required")",
                               R"("response_format":{"type":"json_object"})", R"("grammar":"root ::= \"a\"")"}) {
         const std::string body = std::string(R"({"prompt":"x",)") + param + "}";
@@ -285,4 +285,75 @@ TEST_CASE("parse_generation: logit_bias as OpenAI's object or llama-server's pai
         many += "\":1";
     }
     refused_everywhere(many + "}", "logit_bias", limits, "at most 300");
+}
+
+// ------------------------------------------------- logprobs and seeds ---
+
+TEST_CASE("parse_generation: logprobs as each API states it (completions' integer, chat's and the WebSocket's pair); past 20 or "
+          "malformed is a 400 naming the field",
+          "[net][api][logprobs]") {
+    const auto completion = [](const std::string& params) {
+        return parse_generation(parse_json(R"({"prompt":"x")" + params + "}"), ApiKind::Completion, kLimits, plain_transcript, nullptr);
+    };
+    const auto chat = [](const std::string& params) {
+        return parse_generation(parse_json(R"({"messages":[{"role":"user","content":"x"}])" + params + "}"), ApiKind::Chat, kLimits,
+                                plain_transcript, nullptr);
+    };
+    CHECK(completion("").request.sampling.logprobs == -1);
+    CHECK(completion(R"(,"logprobs":null)").request.sampling.logprobs == -1);
+    CHECK(completion(R"(,"logprobs":false)").request.sampling.logprobs == -1);
+    CHECK(completion(R"(,"logprobs":0)").request.sampling.logprobs == 0);
+    CHECK(completion(R"(,"logprobs":5)").request.sampling.logprobs == 5);
+    CHECK(completion(R"(,"logprobs":20)").request.sampling.logprobs == 20);
+    CHECK(chat("").request.sampling.logprobs == -1);
+    CHECK(chat(R"(,"logprobs":false,"top_logprobs":0)").request.sampling.logprobs == -1);
+    CHECK(chat(R"(,"logprobs":true)").request.sampling.logprobs == 0);
+    CHECK(chat(R"(,"logprobs":true,"top_logprobs":20)").request.sampling.logprobs == 20);
+    const WsAction a = ws(R"({"type":"generate","id":"l","prompt":"x","logprobs":true,"top_logprobs":3})");
+    REQUIRE(a.kind == WsAction::Kind::Generate);
+    CHECK(a.parsed.request.sampling.logprobs == 3);
+
+    struct Bad {
+        std::string body;
+        ApiKind kind;
+        std::string field;
+    };
+    const std::vector<Bad> bad = {
+        {R"({"prompt":"x","logprobs":21})", ApiKind::Completion, "logprobs"},
+        {R"({"prompt":"x","logprobs":-1})", ApiKind::Completion, "logprobs"},
+        {R"({"prompt":"x","logprobs":true})", ApiKind::Completion, "logprobs"},
+        {R"({"prompt":"x","logprobs":2.5})", ApiKind::Completion, "logprobs"},
+        {R"({"prompt":"x","top_logprobs":2})", ApiKind::Completion, "top_logprobs"},
+        {R"({"messages":[{"role":"user","content":"x"}],"logprobs":true,"top_logprobs":21})", ApiKind::Chat, "top_logprobs"},
+        {R"({"messages":[{"role":"user","content":"x"}],"logprobs":true,"top_logprobs":-1})", ApiKind::Chat, "top_logprobs"},
+        {R"({"messages":[{"role":"user","content":"x"}],"top_logprobs":2})", ApiKind::Chat, "top_logprobs"},
+        {R"({"messages":[{"role":"user","content":"x"}],"logprobs":false,"top_logprobs":2})", ApiKind::Chat, "top_logprobs"},
+        {R"({"messages":[{"role":"user","content":"x"}],"logprobs":3})", ApiKind::Chat, "logprobs"},
+    };
+    for (const Bad& b : bad) {
+        INFO(b.body);
+        const ApiError e = http_error(b.body, b.kind);
+        CHECK(e.status == 400);
+        CHECK(e.param == b.field);
+        CHECK_THAT(e.message, Catch::Contains(b.field));
+    }
+    const WsAction w = ws(R"({"type":"generate","id":"l","prompt":"x","logprobs":true,"top_logprobs":50})");
+    REQUIRE(w.kind == WsAction::Kind::Reply);
+    CHECK_THAT(w.frame, Catch::Contains("top_logprobs"));
+    // llama-server's n_probs is still refused, not read as something else.
+    CHECK(http_error(R"({"prompt":"x","n_probs":3})", ApiKind::Completion).param == "n_probs");
+}
+
+TEST_CASE("parse_generation: a seed asks for coupled sampling (the same text whatever the speculation); no seed keeps the stream",
+          "[net][api][seed]") {
+    for (const ParsedRequest& p : parsed_everywhere(R"("seed":42)")) {
+        CHECK(p.request.sampling.coupled);
+        CHECK(p.request.sampling.seed == 42);
+    }
+    for (const ParsedRequest& p : parsed_everywhere(R"("seed":null)")) {
+        CHECK_FALSE(p.request.sampling.coupled);
+        CHECK(p.request.sampling.seed == kRandomSeed);
+    }
+    refused_everywhere(R"("seed":-3)", "seed");
+    refused_everywhere(R"("seed":"abc")", "seed");
 }

@@ -69,6 +69,10 @@ struct BenchSpecOptions {
     int32_t repetitions = 3;
     int32_t threads = ThreadPool::hardware_threads();
     int32_t ngram_min = 1, ngram_max = 4;
+    // Sampled runs with coupled noise (engine/coupled_sampling.h: what a
+    // seeded request gets) instead of the rejection rule, to compare their acceptance.
+    bool coupled = false;
+    int32_t seeds = 1;  // sampled runs: each prompt with this many seeds (more samples for acceptance figures)
     std::string out_json = "bench-spec.json";
     std::string out_svg = "bench-spec.svg";
 };
@@ -169,6 +173,7 @@ void run_bench_spec(const BenchSpecOptions& o) {
     }
 
     std::vector<Row> rows;
+    std::printf("sampling: %s\n\n", o.coupled ? "coupled noise (a seeded request's)" : "the rejection rule (random stream)");
     std::printf("| set | temp | proposer | k | t/s | speedup | acceptance | mean acc. len | mean k | draft ms/tok | verify ms/step |\n");
     std::printf("| --- | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
     for (const PromptSet& set : prompt_sets()) {
@@ -208,12 +213,14 @@ void run_bench_spec(const BenchSpecOptions& o) {
                 SpecStats total;
                 double ms = 0;
                 int64_t tokens = 0;
-                for (size_t i = 0; i < prompts.size(); ++i) {
+                for (size_t run = 0; run < prompts.size() * static_cast<size_t>(temp > 0.0f ? std::max(1, o.seeds) : 1); ++run) {
+                    const size_t i = run % prompts.size();
                     GenerationParams gp;
                     gp.max_tokens = o.n_gen;
                     gp.stop_at_eos = false;
                     gp.sampling.temperature = temp;
-                    gp.sampling.seed = 1234 + i;
+                    gp.sampling.seed = 1234 + run;
+                    gp.sampling.coupled = o.coupled;
                     const SpeculativeResult r = c.decoder->generate(prompts[i], gp, c.params);
                     ms += r.gen_ms;
                     tokens += static_cast<int64_t>(r.tokens.size());
@@ -287,6 +294,8 @@ void register_bench_spec_command(CLI::App& app) {
     b->add_option("-n,--n-gen", o->n_gen, "tokens per prompt")->capture_default_str();
     b->add_option("-r,--repetitions", o->repetitions, "timed runs per configuration (median)")->capture_default_str();
     b->add_option("-t,--threads", o->threads, "threads")->capture_default_str();
+    b->add_option("--seeds", o->seeds, "sampled runs: seeds per prompt")->capture_default_str();
+    b->add_flag("--coupled", o->coupled, "sample with coupled noise (what a request with a seed gets) instead of the rejection rule");
     b->add_option("--ngram-min", o->ngram_min)->capture_default_str();
     b->add_option("--ngram-max", o->ngram_max)->capture_default_str();
     b->add_option("--out-json", o->out_json, "JSON results file ('' = none)")->capture_default_str();

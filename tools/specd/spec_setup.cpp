@@ -22,7 +22,10 @@ void add_sampling_flags(CLI::App* cmd, SamplingParams& s) {
     // As llama-cli: the presence and frequency penalties count the last
     // repeat_last_n tokens of prompt + output, as the repetition penalty does.
     s.penalty_window = PenaltyWindow::LastN;
-    cmd->add_option("-s,--seed", s.seed, "RNG seed (default: random)");
+    // A seed also asks for coupled sampling, as `seed` does on the API: the
+    // text is then the same with speculation on or off, at any draft length.
+    cmd->add_option("-s,--seed", s.seed, "RNG seed (default: random); a given seed gives the same text with or without speculation")
+        ->each([&s](const std::string&) { s.coupled = true; });
 }
 
 void add_spec_flags(CLI::App* cmd, SpecOptions& o) {

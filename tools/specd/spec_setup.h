@@ -25,7 +25,8 @@ struct SpecOptions {
 };
 
 void add_spec_flags(CLI::App* cmd, SpecOptions& o);
-// --temp, --top-k, --top-p, --min-p, --repeat-penalty, --repeat-last-n, --seed.
+// --temp, --top-k, --top-p, --min-p, --repeat-penalty, --repeat-last-n, --seed
+// (a given seed also sets coupled: engine/coupled_sampling.h).
 void add_sampling_flags(CLI::App* cmd, SamplingParams& s);
 
 // What add_spec_flags produced, loaded: the proposer (null for none) and the

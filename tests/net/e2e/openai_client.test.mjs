@@ -159,10 +159,10 @@ async function main() {
         ["parameters specd does not implement are refused with a 400 naming them, never ignored", async () => {
             assert(model, "needs models.list");
             const refused = [];
-            for (const [param, value] of [["logprobs", true], ["top_logprobs", 2], ["response_format", { type: "json_object" }],
+            for (const [param, value] of [["response_format", { type: "json_object" }],
                                           ["tools", [{ type: "function", function: { name: "f", parameters: {} } }]], ["tool_choice", "required"]]) {
                 try {
-                    await client.chat.completions.create({ model, ...CHAT, [param]: value, ...(param === "top_logprobs" ? { logprobs: false } : {}) });
+                    await client.chat.completions.create({ model, ...CHAT, [param]: value });
                     throw new Error(`${param} was accepted`);
                 } catch (e) {
                     if (!(e instanceof APIError) || e.status !== 400) throw e;
@@ -197,6 +197,116 @@ async function main() {
             assert(finish, "no chunk carried a finish_reason");
             assert(text === chat, `streamed content differs: ${show(text)} vs ${show(chat)}`);
             return `${chunks} chunks, same content, finish ${finish}`;
+        }],
+        ["logprobs: chat and completions, streamed and not, speculation on: one entry per token, OpenAI's shapes, top alternatives sorted", async () => {
+            assert(model, "needs models.list");
+            const spec = { speculative: { enabled: true, draft_max: 4, adaptive: false } };
+            // One token's chat entry: token, logprob <= 0, bytes, and n sorted alternatives of mass <= 1.
+            const entry = (e, n, greedy, where) => {
+                assert(typeof e.token === "string" && typeof e.logprob === "number" && e.logprob <= 0 && Array.isArray(e.bytes),
+                       `${where}: bad entry ${JSON.stringify(e).slice(0, 160)}`);
+                assert(Array.isArray(e.top_logprobs) && e.top_logprobs.length === n, `${where}: ${e.top_logprobs && e.top_logprobs.length} alternatives, want ${n}`);
+                let mass = 0;
+                for (let i = 0; i < n; ++i) {
+                    const t = e.top_logprobs[i];
+                    assert(typeof t.token === "string" && typeof t.logprob === "number" && Array.isArray(t.bytes), `${where}: bad alternative ${JSON.stringify(t)}`);
+                    if (i > 0) assert(t.logprob <= e.top_logprobs[i - 1].logprob, `${where}: alternatives not sorted`);
+                    mass += Math.exp(t.logprob);
+                }
+                assert(mass <= 1 + 1e-5, `${where}: alternatives' mass ${mass} > 1`);
+                if (greedy && n > 0) assert(e.logprob === e.top_logprobs[0].logprob, `${where}: greedy took a token less likely than the first alternative`);
+            };
+            const bytesText = (list) => Buffer.from(list.flatMap((e) => e.bytes)).toString("utf8");
+
+            const r = await client.chat.completions.create({ model, ...CHAT, max_tokens: 24, logprobs: true, top_logprobs: 3, ...spec });
+            const content = r.choices[0].logprobs && r.choices[0].logprobs.content;
+            assert(Array.isArray(content), `chat: choices[0].logprobs is ${JSON.stringify(r.choices[0].logprobs)}`);
+            assert(content.length === r.usage.completion_tokens, `chat: ${content.length} entries for ${r.usage.completion_tokens} tokens`);
+            content.forEach((e, i) => entry(e, 3, true, `chat token ${i}`));
+            assert(bytesText(content) === r.choices[0].message.content, `chat: the entries' bytes ${show(bytesText(content))} are not the content ${show(r.choices[0].message.content)}`);
+            assert(r.speculative && r.speculative.accepted > 0, `chat: no drafted token was accepted: ${JSON.stringify(r.speculative)}`);
+
+            const stream = await client.chat.completions.create({ model, ...CHAT, max_tokens: 24, logprobs: true, top_logprobs: 3, stream: true,
+                                                                  stream_options: { include_usage: true }, ...spec });
+            const streamed = [];
+            let text = "", usage = null;
+            for await (const chunk of stream) {
+                if (chunk.usage) usage = chunk.usage;
+                const ch = chunk.choices && chunk.choices[0];
+                if (!ch) continue;
+                text += (ch.delta && ch.delta.content) || "";
+                if (ch.logprobs && ch.logprobs.content) streamed.push(...ch.logprobs.content);
+            }
+            assert(text === r.choices[0].message.content, `chat streamed: ${show(text)} vs ${show(r.choices[0].message.content)}`);
+            assert(usage && streamed.length === usage.completion_tokens, `chat streamed: ${streamed.length} entries for ${usage && usage.completion_tokens} tokens`);
+            streamed.forEach((e, i) => { entry(e, 3, true, `chat streamed token ${i}`); assert(e.token === content[i].token, `chat streamed token ${i} differs`); });
+
+            const c = await client.completions.create({ model, ...COMPLETION, logprobs: 2, ...spec });
+            const lp = c.choices[0].logprobs;
+            assert(lp && Array.isArray(lp.tokens) && Array.isArray(lp.token_logprobs) && Array.isArray(lp.top_logprobs) && Array.isArray(lp.text_offset),
+                   `completions: logprobs is ${JSON.stringify(lp).slice(0, 200)}`);
+            const n = c.usage.completion_tokens;
+            assert(lp.tokens.length === n && lp.token_logprobs.length === n && lp.top_logprobs.length === n && lp.text_offset.length === n,
+                   `completions: list lengths ${lp.tokens.length}/${lp.token_logprobs.length}/${lp.top_logprobs.length}/${lp.text_offset.length} for ${n} tokens`);
+            assert(lp.tokens.join("") === c.choices[0].text, `completions: tokens join to ${show(lp.tokens.join(""))}`);
+            for (let i = 0; i < n; ++i) {
+                const alts = Object.values(lp.top_logprobs[i]);
+                assert(alts.length >= 1 && alts.length <= 2 && alts.every((v) => v <= 0), `completions: top_logprobs[${i}] ${JSON.stringify(lp.top_logprobs[i])}`);
+                assert(lp.token_logprobs[i] <= 0 && lp.token_logprobs[i] === Math.max(...alts), `completions: greedy token ${i} is not the likeliest`);
+                assert(lp.text_offset[i] === lp.tokens.slice(0, i).join("").length, `completions: text_offset[${i}] ${lp.text_offset[i]}`);
+            }
+            const cs = await client.completions.create({ model, ...COMPLETION, logprobs: 2, stream: true, ...spec });
+            const tokens = [];
+            for await (const chunk of cs) {
+                const ch = chunk.choices && chunk.choices[0];
+                if (ch && ch.logprobs) tokens.push(...ch.logprobs.tokens);
+            }
+            assert(tokens.join("") === c.choices[0].text && tokens.length === n, `completions streamed: ${tokens.length} tokens ${show(tokens.join(""))}`);
+
+            // Not asked: null, as before.
+            const plain = await client.chat.completions.create({ model, ...CHAT, max_tokens: 4 });
+            assert(plain.choices[0].logprobs === null, `logprobs not asked, got ${JSON.stringify(plain.choices[0].logprobs)}`);
+            for (const [param, body] of [["top_logprobs", { logprobs: true, top_logprobs: 21 }], ["top_logprobs", { top_logprobs: 2 }], ["logprobs", { logprobs: "yes" }]]) {
+                try {
+                    await client.chat.completions.create({ model, ...CHAT, ...body });
+                    throw new Error(`${JSON.stringify(body)} was accepted`);
+                } catch (e) {
+                    if (!(e instanceof APIError) || e.status !== 400) throw e;
+                    assert(e.param === param || (e.error && e.error.param === param), `${JSON.stringify(body)}: the error names ${e.param}`);
+                }
+            }
+            try {
+                await client.completions.create({ model, ...COMPLETION, logprobs: 21 });
+                throw new Error("completions logprobs 21 was accepted");
+            } catch (e) {
+                if (!(e instanceof APIError) || e.status !== 400) throw e;
+                assert(e.param === "logprobs" || (e.error && e.error.param === "logprobs"), `logprobs 21: the error names ${e.param}`);
+            }
+            return `chat ${content.length} entries (${r.speculative.accepted} drafted tokens accepted), streamed alike; completions ${n} tokens, streamed alike; 400s name the field`;
+        }],
+        ["seed: the same text with speculation off, k 1, k 8 fixed, adaptive, streamed, and batched with other requests", async () => {
+            assert(model, "needs models.list");
+            const SEEDED = { prompt: "Once upon a time", max_tokens: 40, temperature: 1.0, seed: 4242 };
+            const settings = [{ enabled: false }, { enabled: true, draft_max: 1, adaptive: false }, { enabled: true, draft_max: 8, adaptive: false }, { enabled: true }];
+            const texts = [];
+            let accepted = 0;
+            for (const speculative of settings) {
+                const r = await client.completions.create({ model, ...SEEDED, speculative });
+                texts.push(r.choices[0].text);
+                accepted += (r.speculative && r.speculative.accepted) || 0;
+                const stream = await client.completions.create({ model, ...SEEDED, speculative, stream: true });
+                let streamed = "";
+                for await (const chunk of stream) streamed += (chunk.choices && chunk.choices[0] && chunk.choices[0].text) || "";
+                texts.push(streamed);
+            }
+            // Batched: the seeded request four times at once, among requests with other seeds.
+            const together = await Promise.all([...settings.map((speculative) => client.completions.create({ model, ...SEEDED, speculative })),
+                                                client.completions.create({ model, ...SEEDED, seed: 7 }), client.completions.create({ model, ...SEEDED, seed: 8 })]);
+            texts.push(...together.slice(0, settings.length).map((r) => r.choices[0].text));
+            assert(texts.every((t) => t === texts[0]), `texts differ: ${texts.map(show).join(" | ")}`);
+            assert(accepted > 0, "no drafted token was accepted: speculation did not happen");
+            assert(together[settings.length].choices[0].text !== texts[0], "seed 7 gave seed 4242's text");
+            return `${texts.length} runs alike (${accepted} drafted tokens accepted): ${show(texts[0])}`;
         }],
         ["temperature -1 is a 400 APIError", async () => {
             try {

@@ -158,6 +158,29 @@ const checks = [
         assert(i < 0 && s.ids.length === reference.ids.length, `token ids differ at position ${i < 0 ? Math.min(s.ids.length, reference.ids.length) : i}`);
         return `${s.ids.length} identical token ids`;
     }],
+    ["(b2) logprobs: true puts one entry per token id in every token frame, drafted tokens included; a seed gives the same text with speculation off and on", async (c) => {
+        const s = await c.generate({ id: "lp", ...GREEDY, logprobs: true, top_logprobs: 2, speculative: { enabled: true, draft_max: 4, adaptive: false } });
+        expectDone(s, "logprobs");
+        let drafted = 0;
+        for (const f of s.tokens) {
+            assert(Array.isArray(f.logprobs) && f.logprobs.length === f.token_ids.length, `token frame with ${f.token_ids.length} ids has logprobs ${JSON.stringify(f.logprobs).slice(0, 120)}`);
+            f.logprobs.forEach((e, i) => {
+                assert(typeof e.token === "string" && typeof e.logprob === "number" && e.logprob <= 0 && Array.isArray(e.bytes), `bad entry ${JSON.stringify(e)}`);
+                assert(Array.isArray(e.top_logprobs) && e.top_logprobs.length === 2 && e.top_logprobs[0].logprob >= e.top_logprobs[1].logprob, `bad alternatives ${JSON.stringify(e.top_logprobs)}`);
+                assert(e.logprob === e.top_logprobs[0].logprob, "greedy took a token less likely than the first alternative");
+                if (f.from_draft[i]) ++drafted;
+            });
+        }
+        assert(drafted > 0, "no drafted token was accepted");
+        const plainFrames = await c.generate({ id: "nolp", ...GREEDY, max_tokens: 4 });
+        assert(plainFrames.tokens.every((f) => f.logprobs === undefined), "logprobs sent although not asked");
+        const seeded = { prompt: "Once upon a time", max_tokens: 40, temperature: 1.0, seed: 99 };
+        const off = await c.generate({ id: "s-off", ...seeded, speculative: { enabled: false } });
+        const on = await c.generate({ id: "s-on", ...seeded, speculative: { enabled: true, draft_max: 6, adaptive: false } });
+        expectDone(off, "seeded off"); expectDone(on, "seeded on");
+        assert(on.text === off.text, `seeded text differs: ${show(on.text)} vs ${show(off.text)}`);
+        return `${s.ids.length} tokens with logprobs (${drafted} drafted); seeded ${show(on.text)} alike`;
+    }],
     ["(c) two concurrent generations on one connection", async (c) => {
         const [x, y] = await Promise.all([
             c.generate({ id: "c1", prompt: "Once upon a time", max_tokens: 40, temperature: 0 }),
