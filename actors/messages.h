@@ -192,7 +192,8 @@ typename Inspector::result_type inspect(Inspector& f, LogitBias& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, SamplingParams& x) {
     return f(caf::meta::type_name("specd::SamplingParams"), x.temperature, x.top_k, x.top_p, x.min_p, x.repeat_penalty,
-             x.repeat_last_n, x.presence_penalty, x.frequency_penalty, x.penalty_window, x.n_prompt, x.logit_bias, x.seed);
+             x.repeat_last_n, x.presence_penalty, x.frequency_penalty, x.penalty_window, x.n_prompt, x.logit_bias, x.seed,
+             x.grammar);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, generate_request& x) {
