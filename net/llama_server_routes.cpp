@@ -122,6 +122,7 @@ RouteResult props(const RouteContext& ctx) {
                       {"presence_penalty", defaults.presence_penalty},
                       {"frequency_penalty", defaults.frequency_penalty},
                       {"logit_bias", json::array()},
+                      {"grammar", ""},
                       {"seed", -1},
                       {"stop", json::array()},
                       {"speculative.n_max", spec.enabled ? spec.draft_max : 0},
