@@ -8,28 +8,55 @@
 #include <vector>
 
 #include "engine/error.h"
+#include "engine/grammar.h"
+#include "engine/utf8.h"
 
 namespace specd {
 
 namespace {
 
-[[noreturn]] void fail(const std::string& what) { throw Error("json_schema: " + what); }
+// Errors are one line: control characters in what they echo of the schema
+// (keys, paths) are escaped, and long names cut.
+std::string printable(std::string_view s) {
+    std::string out;
+    for (const char ch : s.substr(0, 400)) {
+        const unsigned char c = static_cast<unsigned char>(ch);
+        if (c < 0x20 || c == 0x7F) {
+            char buf[8];
+            std::snprintf(buf, sizeof buf, "\\x%02X", c);
+            out += buf;
+        } else {
+            out += ch;
+        }
+    }
+    if (s.size() > 400) out += "...";
+    return out;
+}
+
+[[noreturn]] void fail(const std::string& what) { throw Error("json_schema: " + printable(what)); }
 
 // ------------------------------------------------------------ JSON reader ---
 
+struct JsonMember;
 struct Json {
     enum class Kind { Null, Bool, Number, String, Array, Object } kind = Kind::Null;
     bool b = false;
-    std::string text;                                  // Number: as written; String: decoded UTF-8
-    std::vector<Json> items;                           // Array
-    std::vector<std::pair<std::string, Json>> members; // Object, in document order
-    const Json* get(std::string_view key) const {
-        for (const auto& [k, v] : members) {
-            if (k == key) return &v;
-        }
-        return nullptr;
-    }
+    std::string text;                 // Number: as written; String: decoded UTF-8
+    std::vector<Json> items;          // Array
+    std::vector<JsonMember> members;  // Object, in document order
+    const Json* get(std::string_view key) const;
 };
+// (A struct, not std::pair: a pair of an incomplete type is ill-formed.)
+struct JsonMember {
+    std::string first;
+    Json second;
+};
+const Json* Json::get(std::string_view key) const {
+    for (const auto& [k, v] : members) {
+        if (k == key) return &v;
+    }
+    return nullptr;
+}
 
 class JsonReader {
 public:
@@ -75,7 +102,7 @@ private:
                 for (const auto& m : v.members) {
                     if (m.first == key) error("duplicate member \"" + key + "\"");
                 }
-                v.members.emplace_back(std::move(key), value(depth + 1));
+                v.members.push_back({std::move(key), value(depth + 1)});
                 space();
                 if (pos_ < s_.size() && s_[pos_] == ',') {
                     ++pos_;
@@ -187,7 +214,10 @@ private:
         while (true) {
             if (pos_ >= s_.size()) error("unterminated string");
             const char c = s_[pos_++];
-            if (c == '"') return out;
+            if (c == '"') {
+                if (!is_valid_utf8(out)) error("invalid UTF-8 in a string");
+                return out;
+            }
             if (static_cast<unsigned char>(c) < 0x20) error("control character in a string");
             if (c != '\\') {
                 out += c;
@@ -407,6 +437,7 @@ private:
             const long min = lo ? count(*lo, "minLength", at) : 0;
             const long max = hi ? count(*hi, "maxLength", at) : -1;
             if (max >= 0 && max < min) fail("at " + where(at) + ": maxLength is below minLength");
+            if (max > 1000 || min > 1000) fail("at " + where(at) + ": minLength/maxLength above 1000 are not supported");
             primitive("char");
             primitive("space");
             return add(name, "\"\\\"\" char{" + std::to_string(min) + "," + (max >= 0 ? std::to_string(max) : "") + "} \"\\\"\" space");
@@ -602,7 +633,15 @@ std::string json_schema_to_grammar(std::string_view schema_json) {
     if (schema_json.size() > kMaxJsonSchemaBytes)
         fail("the schema is " + std::to_string(schema_json.size()) + " bytes; at most " + std::to_string(kMaxJsonSchemaBytes));
     const Json root = JsonReader(schema_json).document();
-    return Converter(root).run();
+    std::string gbnf = Converter(root).run();
+    // What the API accepts must not fail later: the grammar parser's own
+    // limits (its size, once repetitions are expanded) are checked here.
+    try {
+        Grammar::parse(gbnf);
+    } catch (const Error& e) {
+        fail(std::string("the schema's grammar is refused: ") + e.what());
+    }
+    return gbnf;
 }
 
 }  // namespace specd
