@@ -77,7 +77,10 @@ bool GrammarTracker::sync(const std::string& gbnf, std::span<const int32_t> cont
     }
     for (size_t i = fed_.size(); i < output.size(); ++i) {
         if (!accepts(*matcher_, tok, output[i])) {
-            broken_ = true;
+            // A context the grammar refuses (a pipelined draft's guess): no
+            // mask this time; the next context starts the matcher over.
+            matcher_ = std::make_unique<GrammarMatcher>(compile_request_grammar(gbnf));
+            fed_.clear();
             return false;
         }
         fed_.push_back(output[i]);

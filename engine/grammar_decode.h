@@ -63,7 +63,7 @@ private:
     std::string text_;                        // the grammar matcher_ runs
     std::unique_ptr<GrammarMatcher> matcher_;
     std::vector<int32_t> fed_;                // output tokens fed since the matcher's start
-    bool broken_ = false;                     // the grammar or the output was refused: no masking
+    bool broken_ = false;                     // the grammar does not parse: no masking
 };
 
 }  // namespace specd
