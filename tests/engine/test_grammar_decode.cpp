@@ -9,6 +9,8 @@
 
 #include <algorithm>
 #include <array>
+#include <filesystem>
+#include <map>
 #include <cstdio>
 #include <memory>
 
@@ -23,6 +25,8 @@
 #include "engine/speculative.h"
 #include "support/models.h"
 #include "support/session_driver.h"
+#include "support/sampled_pairs.h"
+#include "support/tiny_model.h"
 
 using namespace specd;
 using test::Driven;
@@ -176,6 +180,122 @@ TEST_CASE("sampled constrained decoding with a sampled draft stays inside the gr
             }
         }
         CHECK(finished >= 4);  // most of these short grammars complete within 80 tokens
+        CHECK(kv.used_blocks() == 0);
+    }
+}
+
+// Sampled constrained speculation keeps the masked target distribution:
+// on tiny models (8 tokens: " a", " b", "c", "d", "e", EOS, ...), the
+// joint distribution of output tokens 2 and 3 (the first step after the
+// prefill verifies them on rows 0 and 1; row 1's mask depends on drafted
+// token 2) by enumeration, against the pairs thousands of seeded
+// generations give, by chi-square. Three drafts: the draft model proposing
+// from masked rows, the same model proposing unmasked (its forbidden
+// tokens reach the session, which cuts the draft after the first of them,
+// keeping it for the verifier to reject by the rule), and n-gram.
+TEST_CASE("sampled constrained speculation follows the masked target distribution (chi-square, tiny models)",
+          "[grammar][batch][sampled][stats]") {
+    const std::string target_path = test::write_tiny_model(test::temp_path("target_gr.gguf"), 21);
+    const std::string draft_path = test::write_tiny_model(test::temp_path("draft_gr.gguf"), 22);
+    auto target = LlamaModel::load(target_path);
+    auto draft = LlamaModel::load(draft_path);
+    std::filesystem::remove(target_path);
+    std::filesystem::remove(draft_path);
+    ThreadPool pool(1);
+    ForwardPass fwd(*target, pool), dfwd(*draft, pool);
+    PagedKvCache kv(fwd.kv_shape(32, 20)), dkv(dfwd.kv_shape(32, 20));
+    const Tokenizer& tok = target->tokenizer();
+    const TokenTrie trie(tok);
+    const std::vector<int32_t> prompt = {1, 3, 5};
+    // " a" must be followed by c or d, "e" by " a"; c and d come only after " a"; at least 3 steps before the end.
+    const std::string gbnf = R"(root ::= ( " a" [cd] | " b" | "e" " a" ){3,6})";
+    SamplingParams sampling;
+    sampling.temperature = 1.0f;
+    sampling.top_k = 0;
+    sampling.top_p = 1.0f;
+    sampling.min_p = 0.0f;
+    sampling.n_prompt = static_cast<int32_t>(prompt.size());
+
+    // P(token 2, token 3) with and without the grammar, token 1 summed out.
+    const auto enumerate = [&](bool constrained) {
+        const int64_t V = fwd.n_vocab();
+        Sampler sampler(sampling, fwd.n_vocab());
+        std::vector<float> masked;
+        std::vector<uint8_t> allowed;
+        const auto dist_after = [&](const std::vector<int32_t>& context, std::vector<TokenProb>& out) {
+            const int32_t seq = kv.create_sequence();
+            auto logits = prefill(fwd, kv, seq, context);
+            std::vector<float> row(logits.begin(), logits.end());
+            kv.free_sequence(seq);
+            if (constrained) {
+                GrammarMatcher m(compile_request_grammar(gbnf));
+                for (size_t i = prompt.size(); i < context.size(); ++i) REQUIRE(m.accept_token(tok, context[i]));
+                REQUIRE(mask_rows(m, tok, trie, {}, row.data(), fwd.n_vocab(), masked, allowed));
+                row = masked;
+            }
+            sampler.distribution(row.data(), context, out);
+        };
+        std::map<int64_t, double> expected;
+        std::vector<TokenProb> d1, d2, d3;
+        dist_after(prompt, d1);
+        for (const TokenProb& a : d1) {
+            std::vector<int32_t> c2 = prompt;
+            c2.push_back(a.id);
+            dist_after(c2, d2);
+            const std::vector<TokenProb> second = d2;
+            for (const TokenProb& b : second) {
+                std::vector<int32_t> c3 = c2;
+                c3.push_back(b.id);
+                dist_after(c3, d3);
+                for (const TokenProb& c : d3) expected[b.id * V + c.id] += static_cast<double>(a.p) * b.p * c.p;
+            }
+        }
+        return expected;
+    };
+    const std::map<int64_t, double> expected = enumerate(true);
+    const std::map<int64_t, double> unconstrained = enumerate(false);
+
+    const int64_t n = 6000;
+    for (int mode = 0; mode < 3; ++mode) {  // 0: masked draft model, 1: unmasked draft model, 2: n-gram
+        BatchVerifier verifier(fwd, kv);
+        BatchDrafter model_drafter(&dfwd, &dkv), ngram_drafter(nullptr, nullptr);
+        BatchDrafter& drafter = mode < 2 ? model_drafter : ngram_drafter;
+        const auto unmask = [&](std::vector<DraftJob>& jobs) {
+            if (mode == 1) for (DraftJob& j : jobs) j.sampling.grammar.clear();
+        };
+        test::SampledPairs got;
+        got.n = n;
+        int64_t cut = 0;
+        for (int64_t first = 0; first < n; first += 20) {  // 20 sessions batched at a time
+            std::vector<Driven> sessions;
+            for (int64_t i = first; i < first + 20; ++i) {
+                GenerationParams gp;
+                gp.max_tokens = 4;
+                gp.sampling = sampling;
+                gp.sampling.grammar = gbnf;
+                gp.sampling.seed = 5000 + static_cast<uint64_t>(i);
+                Driven d;
+                d.core = std::make_unique<SessionCore>(tok, prompt, gp, test::fixed_draft(3), true, 32, LoadPolicy{0});
+                sessions.push_back(std::move(d));
+            }
+            drive(sessions, verifier, &drafter, unmask);
+            for (const Driven& d : sessions) {
+                const std::vector<int32_t>& out = d.core->output();
+                REQUIRE(out.size() == 4);  // the grammar cannot end before 3 steps
+                check_inside(tok, gbnf, out, d.core->stop_reason());
+                ++got.observed[out[1] * static_cast<int64_t>(fwd.n_vocab()) + out[2]];
+                got.drafted += d.core->stats().n_drafted;
+                cut += d.core->stats().n_drafted - d.core->stats().n_accepted;
+            }
+        }
+        const std::string what = mode == 0 ? "masked draft" : mode == 1 ? "unmasked draft" : "n-gram";
+        INFO(what << ": " << got.drafted << " drafted, " << cut << " rejected");
+        // Cutting an unmasked sampled draft at its forbidden token instead
+        // (a plain draw from the row, not the residual's) fails this: chi2 237, df 8.
+        test::check_follows(got, expected, what);
+        const auto [stat, df] = test::chi_square(got.observed, unconstrained, got.n);
+        INFO(what << " against the unconstrained distribution: chi2 " << stat << " df " << df);
+        CHECK(stat > test::chi_square_critical_001(df));  // the test has power: the grammar matters
         CHECK(kv.used_blocks() == 0);
     }
 }
