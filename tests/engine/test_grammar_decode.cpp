@@ -69,7 +69,7 @@ void check_inside(const Tokenizer& tok, const std::string& gbnf, const std::vect
 
 }  // namespace
 
-TEST_CASE("constrained greedy decoding with speculation equals plain constrained decoding (q8_0, q4_0, n-gram; k 1, 4, 8; batched)",
+TEST_CASE("constrained greedy decoding with speculation equals plain constrained decoding (q8_0, q4_0, n-gram; k 1, 4, 8; batched and alone)",
           "[grammar][batch][greedy]") {
     auto target = load("stories15M-f32.gguf");
     auto draft_q8 = load("stories15M-q8_0.gguf");
@@ -127,6 +127,22 @@ TEST_CASE("constrained greedy decoding with speculation equals plain constrained
             accepted += s.stats().n_accepted;
         }
         if (mode < 2) CHECK(accepted > 0);  // the masked draft agrees with the masked target (most of 200+ drafted tokens)
+        // Each request alone too (the same verifier and drafter, now idle).
+        for (size_t i = 0; i < grammars.size(); ++i) {
+            GenerationParams gp;
+            gp.max_tokens = 64;
+            gp.sampling.temperature = 0.0f;
+            gp.sampling.grammar = used[i];
+            SpeculativeParams sp;
+            sp.draft_max = 4;
+            sp.adaptive = true;
+            std::vector<Driven> alone(1);
+            alone[0].core = std::make_unique<SessionCore>(tok, tok.encode(kPrompts[i % kPrompts.size()], true), gp, sp, mode != 3, n_ctx,
+                                                          LoadPolicy{0});
+            drive(alone, verifier, drafter.get());
+            INFO("mode " << mode << " alone " << i);
+            CHECK(alone[0].core->output() == refs[i].tokens);
+        }
         CHECK(verifier.greedy_steps() == 0);  // a grammar needs every row's logits
         CHECK(kv.used_blocks() == 0);
         CHECK(kv.active_sequences() == 0);
