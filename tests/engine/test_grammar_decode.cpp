@@ -84,6 +84,14 @@ TEST_CASE("constrained greedy decoding with speculation equals plain constrained
     PlainDecoder plain(fwd, single_kv);
     const Tokenizer& tok = target->tokenizer();
     const std::vector<std::string> grammars = {std::string(Grammar::json_object_text()), kPerson, kSentence, kList};
+    {
+        // The single-sequence speculative decoder has no grammar: it refuses one rather than ignore it.
+        NgramProposer ngram(1, 4);
+        SpeculativeDecoder single(fwd, single_kv, &ngram);
+        GenerationParams gp;
+        gp.sampling.grammar = kSentence;
+        CHECK_THROWS_WITH(single.generate(tok.encode("Once upon a time", true), gp, SpeculativeParams{}), Catch::Contains("grammar"));
+    }
 
     for (int mode = 0; mode < 4; ++mode) {  // 0: q8_0 draft, 1: q4_0 draft, 2: n-gram, 3: plain through the same path
         BatchVerifier verifier(fwd, kv);
