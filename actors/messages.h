@@ -197,7 +197,7 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, SamplingParams& x) {
     return f(caf::meta::type_name("specd::SamplingParams"), x.temperature, x.top_k, x.top_p, x.min_p, x.repeat_penalty,
              x.repeat_last_n, x.presence_penalty, x.frequency_penalty, x.penalty_window, x.n_prompt, x.logit_bias, x.seed, x.coupled,
-             x.logprobs);
+             x.logprobs, x.grammar);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, TokenLogprobs& x) {

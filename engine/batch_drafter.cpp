@@ -115,7 +115,17 @@ void BatchDrafter::model_draft(std::span<const DraftJob> jobs, std::vector<Draft
         r.cached.resize(common);
         kv_->truncate(r.seq, static_cast<int32_t>(common));
         if (!kv_->reserve(r.seq, static_cast<int32_t>(job.context.size()) + k - 1)) continue;  // draft pool full
-        Active a{j, first_out + j, &r, {}, Rng(job.rng), k};
+        Active a{j, first_out + j, &r, {}, Rng(job.rng), k, true, nullptr, nullptr};
+        if (!job.sampling.grammar.empty() && !vocab_.masks()) {
+            // (A draft of another vocabulary proposes unmasked.)
+            const Tokenizer& tok = fwd_->model().tokenizer();
+            if (!r.grammar) r.grammar = std::make_unique<GrammarTracker>();
+            if (r.grammar->sync(job.sampling.grammar, job.context, job.sampling.n_prompt, tok)) {
+                if (!trie_) trie_ = std::make_unique<TokenTrie>(tok);
+                a.grammar = &r.grammar->matcher();
+                a.grammar_start = std::make_unique<GrammarMatcher::Position>(a.grammar->position());
+            }
+        }
         a.history.reserve(job.context.size() + static_cast<size_t>(k));
         vocab_.map_inputs(job.context, a.history);
         active_.push_back(std::move(a));
@@ -177,6 +187,14 @@ void BatchDrafter::model_draft(std::span<const DraftJob> jobs, std::vector<Draft
             if (a.request->cached.size() < a.history.size()) continue;  // catch-up not finished
             DraftOutcome& o = out[a.outcome];
             const float* row = greedy ? nullptr : logits.data() + it * V;  // greedy: only argmax_ is read
+            if (a.grammar) {  // (never greedy: a grammar rules out plain_argmax)
+                masked_.assign(row, row + V);
+                if (mask_row(*a.grammar, *trie_, masked_.data(), fwd_->n_vocab(), allowed_) == 0) {
+                    a.live = false;
+                    continue;
+                }
+                row = masked_.data();
+            }
             sampler_.set_params(job.sampling);
             int32_t token;
             if (greedy) {
@@ -209,12 +227,19 @@ void BatchDrafter::model_draft(std::span<const DraftJob> jobs, std::vector<Draft
                     o.draft.has_probs = true;
                 }
             }
+            if (a.grammar && !a.grammar->accept_token(fwd_->model().tokenizer(), token)) {
+                a.live = false;  // (a masked row gave a token the grammar refuses: not proposed)
+                continue;
+            }
             o.draft.tokens.push_back(token);
             a.history.push_back(token);
             if (static_cast<int32_t>(o.draft.tokens.size()) >= a.k) a.live = false;  // the last draft is not fed
         }
     }
-    for (Active& a : active_) out[a.outcome].rng = a.rng.state();
+    for (Active& a : active_) {
+        out[a.outcome].rng = a.rng.state();
+        if (a.grammar) a.grammar->restore(*a.grammar_start);  // the next job's context says what was accepted
+    }
 }
 
 }  // namespace specd

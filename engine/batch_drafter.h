@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/backend.h"
+#include "engine/grammar_decode.h"
 #include "engine/proposer.h"
 #include "engine/sampler.h"
 
@@ -87,6 +88,10 @@ private:
     struct Request {
         int32_t seq = -1;
         std::vector<int32_t> cached;   // tokens in the draft sequence, in order (the context's own ids)
+        // A constrained request's grammar, following its output: the draft
+        // proposes from rows masked as the verifier's are, so it agrees
+        // with the target more often (correctness does not depend on it).
+        std::unique_ptr<GrammarTracker> grammar;
     };
     struct Active {
         size_t job;                    // index into the jobs
@@ -96,6 +101,8 @@ private:
         Rng rng;
         int32_t k;
         bool live = true;
+        GrammarMatcher* grammar = nullptr;  // the request's grammar at its output's end (null: unmasked)
+        std::unique_ptr<GrammarMatcher::Position> grammar_start;  // where to put it back after drafting
     };
     void model_draft(std::span<const DraftJob> jobs, std::vector<DraftOutcome>& out, size_t first_out);
 
@@ -111,6 +118,9 @@ private:
     std::vector<TokenProb> dist_;
     std::vector<int32_t> argmax_;      // (items_) argmax per row when an iteration ran forward_greedy
     int64_t greedy_forwards_ = 0;
+    std::unique_ptr<TokenTrie> trie_;  // (constrained requests) the draft tokenizer's pieces
+    std::vector<float> masked_;        // (n_vocab) one row after the grammar's mask
+    std::vector<uint8_t> allowed_;     // (n_vocab) mask scratch
 };
 
 }  // namespace specd

@@ -4,6 +4,7 @@
 
 #include "engine/coupled_sampling.h"
 #include "engine/generate.h"
+#include "engine/grammar_decode.h"
 #include "engine/verify_draft.h"
 
 namespace specd {
@@ -61,6 +62,14 @@ void BatchVerifier::submit(VerifyJob job) {
         return rejected_.push_back(fail(job, e.what()));
     }
     if (job.prefill) {
+        std::shared_ptr<const Grammar> grammar;
+        if (!job.sampling.grammar.empty()) {
+            try {
+                grammar = compile_request_grammar(job.sampling.grammar);
+            } catch (const Error& e) {
+                return rejected_.push_back(fail(job, e.what()));
+            }
+        }
         if (n > static_cast<size_t>(n_ctx - 1))
             return rejected_.push_back(fail(job, "prompt has " + std::to_string(n) + " tokens; the context holds " +
                                                      std::to_string(n_ctx) + " (at most " + std::to_string(n_ctx - 1) +
@@ -73,6 +82,7 @@ void BatchVerifier::submit(VerifyJob job) {
             return rejected_.push_back(fail(job, std::string("KV cache: ") + e.what(), true));
         }
         requests_[job.request].busy = true;
+        if (grammar) requests_[job.request].grammar = std::make_unique<GrammarMatcher>(std::move(grammar));
         queue_.push_back(Queued{std::move(job), 0});
         return;
     }
@@ -96,11 +106,29 @@ void BatchVerifier::submit(VerifyJob job) {
     queue_.push_back(Queued{std::move(job), 0});
 }
 
-void BatchVerifier::finish_verify(Queued& q, Request& r, const TargetRows& rows, VerifyOutcome& o) {
+const TokenTrie& BatchVerifier::trie() {
+    if (!trie_) trie_ = std::make_unique<TokenTrie>(fwd_.model().tokenizer());
+    return *trie_;
+}
+
+void BatchVerifier::finish_verify(Queued& q, Request& r, const TargetRows& target_rows, VerifyOutcome& o) {
     const VerifyJob& job = q.job;
     const int32_t cached_before = static_cast<int32_t>(r.history.size()) - 1;  // the pending token is not cached yet
     DraftToVerify draft{std::span<const int32_t>(job.tokens).subspan(1), {}};
     if (job.draft_has_probs) draft.probs = job.draft_probs;
+    TargetRows rows = target_rows;
+    const Tokenizer& tok = fwd_.model().tokenizer();
+    if (r.grammar && rows.logits) {
+        // A constrained request never takes the argmax path (plain_argmax()
+        // is false), so its rows are here to mask.
+        if (!mask_rows(*r.grammar, tok, trie(), draft.tokens, rows.logits, fwd_.n_vocab(), masked_, allowed_)) {
+            o.ok = false;
+            o.error = "grammar: no token of the vocabulary can continue the text";
+            o.rng = job.rng;
+            return;
+        }
+        rows.logits = masked_.data();
+    }
     // The argmax path draws nothing: the request's random state comes back unchanged.
     if (rows.logits) sampler_.set_params(job.sampling);
     Rng rng(job.rng);
@@ -116,6 +144,11 @@ void BatchVerifier::finish_verify(Queued& q, Request& r, const TargetRows& rows,
         }
     }
     r.history.push_back(verdict.next);
+    if (r.grammar) {
+        // Every token here was drawn from a masked row: the grammar takes it.
+        for (int32_t i = 0; i < verdict.n_accepted; ++i) r.grammar->accept_token(tok, draft.tokens[static_cast<size_t>(i)]);
+        r.grammar->accept_token(tok, verdict.next);
+    }
     o.n_accepted = verdict.n_accepted;
     o.next = verdict.next;
     o.rng = rng.state();
@@ -247,11 +280,21 @@ void BatchVerifier::step(std::vector<VerifyOutcome>& out) {
                     o.next = next;
                     o.rng = q.job.rng;
                 } else {
+                    if (r.grammar) {
+                        if (!mask_rows(*r.grammar, model().tokenizer(), trie(), {}, row, fwd_.n_vocab(), masked_, allowed_)) {
+                            out.push_back(fail(q.job, "grammar: no token of the vocabulary can start the text"));
+                            r.busy = false;
+                            done[item_job_[it]] = 1;
+                            continue;
+                        }
+                        row = masked_.data();
+                    }
                     sampler_.set_params(q.job.sampling);
                     Rng rng(q.job.rng);
                     const int32_t next = q.job.sampling.coupled ? coupled_sample(sampler_, row, r.history, dist_)
                                                                 : sampler_.sample(row, r.history, rng);
                     if (q.job.sampling.logprobs >= 0) logprob_reader_.read(sampler_, row, r.history, next, o.logprobs);
+                    if (r.grammar) r.grammar->accept_token(model().tokenizer(), next);
                     r.history.push_back(next);
                     o.next = next;
                     o.rng = rng.state();

@@ -9,15 +9,18 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "engine/backend.h"
+#include "engine/grammar.h"
 #include "engine/proposer.h"
 #include "engine/sampler.h"
 #include "engine/token_logprobs.h"
+#include "engine/token_trie.h"
 #include "engine/verify_draft.h"
 
 namespace specd {
@@ -114,9 +117,9 @@ public:
     int64_t greedy_steps() const { return greedy_steps_; }
 
     // Whether a job's next tokens are the plain argmax of the target's
-    // logits: greedy sampling without a logit transform (a penalty or a
-    // logit_bias moves the argmax, and only the host sees the whole row),
-    // and no log-probabilities to read from the rows.
+    // logits: greedy sampling without a logit transform (a penalty, a
+    // logit_bias or a grammar moves the argmax, and only the host sees the
+    // whole row), and no log-probabilities to read from the rows.
     static bool argmax_suffices(const SamplingParams& sampling) { return sampling.plain_argmax() && sampling.logprobs < 0; }
 
 private:
@@ -124,6 +127,11 @@ private:
         int32_t seq = -1;
         std::vector<int32_t> history;  // tokens in the KV sequence, then the pending one
         bool busy = false;             // a job is queued
+        // The request's grammar (SamplingParams::grammar, parsed from its
+        // prefill job), at the position after `history`: each verification
+        // row is masked with it advanced over the drafted tokens before it
+        // (engine/grammar_decode.h). Null: unconstrained.
+        std::unique_ptr<GrammarMatcher> grammar;
     };
     struct Queued {
         VerifyJob job;
@@ -134,6 +142,9 @@ private:
     // A verify job's verdict (engine/verify_draft.h) from its rows: logits,
     // or each row's argmax when the step ran forward_greedy.
     void finish_verify(Queued& q, Request& r, const TargetRows& rows, VerifyOutcome& o);
+    // The target tokenizer's pieces as a trie, built on the first
+    // constrained request.
+    const TokenTrie& trie();
 
     ForwardBackend& fwd_;
     PagedKvCache& kv_;
@@ -154,6 +165,9 @@ private:
     std::vector<char> done_;           // (queue) scratch: jobs finished this step
     std::vector<int32_t> argmax_;      // (rows of the step) argmax per logit row when the step ran forward_greedy
     int64_t greedy_steps_ = 0;
+    std::unique_ptr<TokenTrie> trie_;  // (constrained requests) the target's pieces
+    std::vector<float> masked_;        // (n_draft + 1, n_vocab) a constrained job's rows after the grammar's mask
+    std::vector<uint8_t> allowed_;     // (n_vocab) scratch of the mask
 };
 
 }  // namespace specd

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <memory>
+
+#include "engine/grammar_decode.h"
 
 #include "engine/coupled_sampling.h"
 
@@ -73,6 +76,16 @@ GenerationResult PlainDecoder::generate(std::span<const int32_t> prompt, const G
     Rng rng(params.sampling.seed);
     std::vector<TokenProb> dist;  // (<= n_vocab) a coupled pick's distribution
     const Tokenizer& tok = fwd_.model().tokenizer();
+    // A grammar masks each row before the sampler's transforms (as the
+    // server's verifier does), and ends the text where it is complete.
+    std::unique_ptr<GrammarMatcher> grammar;
+    std::unique_ptr<TokenTrie> trie;
+    std::vector<float> masked;     // (n_vocab) the row after the grammar's mask
+    std::vector<uint8_t> allowed;  // (n_vocab) mask scratch
+    if (!sampling.grammar.empty()) {
+        grammar = std::make_unique<GrammarMatcher>(compile_request_grammar(sampling.grammar));
+        trie = std::make_unique<TokenTrie>(tok);
+    }
 
     const double t0 = now_ms();
     std::span<const float> logits = prefill(fwd_, kv_, seq, prompt);
@@ -84,8 +97,20 @@ GenerationResult PlainDecoder::generate(std::span<const int32_t> prompt, const G
             result.stop = StopReason::Length;
             break;
         }
-        const int32_t next = sampling.coupled ? coupled_sample(sampler, logits.data(), history_, dist)
-                                              : sampler.sample(logits.data(), history_, rng);
+        const float* row = logits.data();
+        if (grammar) {
+            if (!mask_rows(*grammar, tok, *trie, {}, row, fwd_.n_vocab(), masked, allowed))
+                throw Error("grammar: no token of the vocabulary can continue the text");
+            row = masked.data();
+        }
+        const int32_t next = sampling.coupled ? coupled_sample(sampler, row, history_, dist) : sampler.sample(row, history_, rng);
+        if (grammar) {
+            grammar->accept_token(tok, next);
+            if (tok.is_end_of_generation(next)) {
+                result.stop = StopReason::Eos;
+                break;
+            }
+        }
         if (params.stop_at_eos && tok.is_end_of_generation(next)) {
             result.stop = StopReason::Eos;
             break;
@@ -102,6 +127,10 @@ GenerationResult PlainDecoder::generate(std::span<const int32_t> prompt, const G
         }
         if (static_cast<int32_t>(result.tokens.size()) >= params.max_tokens) {
             result.stop = StopReason::Length;
+            break;
+        }
+        if (grammar && grammar->must_end()) {  // complete, and nothing more may follow
+            result.stop = StopReason::Eos;
             break;
         }
         BatchItem item;

@@ -47,6 +47,9 @@ std::span<const float> prefill(ForwardBackend& fwd, PagedKvCache& kv, int32_t se
 // most n_ctx - 1 tokens. The message names both numbers.
 void check_prompt_fits(size_t n_prompt_tokens, int32_t n_ctx);
 
+// With SamplingParams::grammar, each row is masked by the grammar before
+// the sampler's transforms, and the text ends (StopReason::Eos) at an
+// end-of-generation token or once the grammar admits nothing more.
 class PlainDecoder {
 public:
     // The decoder uses one KV sequence of `kv` for each call to generate().

@@ -358,12 +358,17 @@ std::shared_ptr<const Grammar> Grammar::parse(std::string_view gbnf, std::string
 }
 
 std::shared_ptr<const Grammar> Grammar::json_object() {
+    static const std::shared_ptr<const Grammar> g = parse(json_object_text());
+    return g;
+}
+
+std::string_view Grammar::json_object_text() {
     // llama.cpp's grammars/json.gbnf in spirit: an object at the top, any
     // JSON value inside; whitespace between tokens is bounded (ws allows at
     // most 20 characters), so a model cannot fill its budget with spaces.
     // Up to two whitespace characters may open the text: SentencePiece
     // models write a leading space with most words ("▁{").
-    static const std::shared_ptr<const Grammar> g = parse(R"(
+    return R"(
 root   ::= [ \t\n]{0,2} object
 value  ::= object | array | string | number | ("true" | "false" | "null") ws
 object ::= "{" ws ( string ":" ws value ("," ws string ":" ws value)* )? "}" ws
@@ -371,8 +376,7 @@ array  ::= "[" ws ( value ("," ws value)* )? "]" ws
 string ::= "\"" ( [^"\\\x7F\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4}) )* "\"" ws
 number ::= "-"? ("0" | [1-9] [0-9]{0,15}) ("." [0-9]+)? ([eE] [-+]? [0-9]{1,3})? ws
 ws     ::= | " " | "\n" [ \t]{0,20}
-)");
-    return g;
+)";
 }
 
 bool Grammar::Element::matches(uint32_t cp) const {
@@ -605,6 +609,17 @@ void GrammarMatcher::allowed_tokens(const TokenTrie& trie, std::vector<uint8_t>&
         path.push_back({edge.node, next, 0});
     }
     masks_.emplace(current_, allowed);
+}
+
+GrammarMatcher::Position GrammarMatcher::position() const {
+    Position p;
+    p.state_ = current();
+    return p;
+}
+
+void GrammarMatcher::restore(const Position& p) {
+    bound_caches();
+    current_ = intern(p.state_);
 }
 
 bool GrammarMatcher::accept_token(const Tokenizer& tok, int32_t id) {

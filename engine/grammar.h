@@ -48,6 +48,9 @@ public:
     // whitespace between tokens (and up to two characters of it before the
     // object), bounded so a model cannot pad forever.
     static std::shared_ptr<const Grammar> json_object();
+    // The GBNF text json_object() is parsed from (what a request carries in
+    // SamplingParams::grammar for response_format json_object).
+    static std::string_view json_object_text();
 
     struct Element {
         bool is_rule = false;
@@ -97,6 +100,13 @@ public:
     // can_end()). Returns false and changes nothing if it is not allowed.
     bool accept_token(const Tokenizer& tok, int32_t id);
 
+    // Where the matcher stands (not its caches), to come back to: a
+    // speculative decoder walks the matcher over drafted tokens, then
+    // restores it. Valid for this matcher whatever it did in between.
+    class Position;
+    Position position() const;
+    void restore(const Position& p);
+
 private:
     struct Pos {
         uint32_t rule, alt, index;
@@ -143,6 +153,11 @@ private:
     mutable std::unordered_map<int32_t, std::vector<uint8_t>> masks_;  // state -> allowed_tokens() result
     mutable const TokenTrie* mask_trie_ = nullptr;                   // the trie masks_ were made with
     mutable int32_t current_ = 0;  // the state now (re-interned when bound_caches() drops the caches)
+};
+
+class GrammarMatcher::Position {
+    friend class GrammarMatcher;
+    State state_;  // a copy: state ids change when the caches are dropped
 };
 
 }  // namespace specd

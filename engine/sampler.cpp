@@ -63,6 +63,9 @@ void SamplingParams::validate() const {
     if (logit_bias.size() > kMaxLogitBias) {
         out_of_range("logit_bias", std::to_string(logit_bias.size()) + " entries", "at most " + std::to_string(kMaxLogitBias) + " entries");
     }
+    if (grammar.size() > kMaxGrammarBytes) {
+        out_of_range("grammar", std::to_string(grammar.size()) + " bytes", "at most " + std::to_string(kMaxGrammarBytes) + " bytes");
+    }
     for (const LogitBias& b : logit_bias) {
         if (b.token < 0) out_of_range("logit_bias", "token " + std::to_string(b.token), "token ids >= 0");
         if (!(b.bias >= -100.0f && b.bias <= 100.0f) && b.bias != -INFINITY) {

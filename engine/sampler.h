@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 namespace specd {
@@ -67,6 +68,13 @@ struct SamplingParams {              // defaults as llama.cpp's
     // likely alternatives. Not a transform: it only makes the verifier keep
     // the logits (no argmax-only forward) and read them.
     int32_t logprobs = -1;
+    // GBNF text (engine/grammar.h) the output must match; empty: none (the
+    // default). Not applied by the Sampler: the decoders that support it
+    // (BatchVerifier with SessionCore, PlainDecoder) mask each row's logits
+    // with it before these transforms (engine/grammar_decode.h), as
+    // llama.cpp applies its grammar first. Text rather than a parsed
+    // grammar, so it travels in messages like every other field.
+    std::string grammar;
     // specd::Error naming the field, the value and the allowed range.
     void validate() const;
     // validate(), and every logit_bias id inside a vocabulary of n_vocab
@@ -82,8 +90,12 @@ struct SamplingParams {              // defaults as llama.cpp's
     // Greedy with nothing that changes the logits first: the token is the
     // plain argmax of the logits, so a backend may return only that
     // (ForwardBackend::forward_greedy).
-    bool plain_argmax() const { return greedy() && !transforms_logits(); }
+    // A grammar masks the row first, so it rules the shortcut out too.
+    bool plain_argmax() const { return greedy() && !transforms_logits() && grammar.empty(); }
 };
+
+// The longest grammar a request may carry (bytes of GBNF).
+inline constexpr size_t kMaxGrammarBytes = 256 * 1024;
 
 // The seed that asks for a random seed (LLAMA_DEFAULT_SEED).
 inline constexpr uint64_t kRandomSeed = 0xFFFFFFFF;

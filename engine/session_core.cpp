@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "engine/grammar_decode.h"
+
 namespace specd {
 
 namespace {
@@ -39,6 +41,7 @@ SessionCore::SessionCore(const Tokenizer& tokenizer, std::vector<int32_t> prompt
         if (s.size() > kMaxStopSequenceBytes)
             throw Error("a stop sequence is " + std::to_string(s.size()) + " bytes; at most " + std::to_string(kMaxStopSequenceBytes));
     check_prompt_fits(prompt_.size(), n_ctx_);
+    if (!params_.sampling.grammar.empty()) grammar_ = std::make_unique<GrammarMatcher>(compile_request_grammar(params_.sampling.grammar));
     history_.reserve(static_cast<size_t>(n_ctx_) + 1);
     history_.assign(prompt_.begin(), prompt_.end());
     output_.reserve(static_cast<size_t>(std::min(params_.max_tokens, n_ctx_)));
@@ -68,6 +71,15 @@ void SessionCore::stop(StopReason reason) {
 
 void SessionCore::emit(int32_t token, bool drafted, const TokenLogprobs* lp, size_t lp_index) {
     if (finished_) return;
+    if (grammar_) {
+        // The verifier drew every token from rows masked by the same
+        // grammar; a token it refuses means the two disagree.
+        if (!grammar_->accept_token(tokenizer_, token))
+            throw Error("grammar: the verifier returned token " + std::to_string(token) + ", which the grammar does not allow here");
+        // With a grammar, end-of-generation is allowed only where the text is
+        // complete, and ends it whatever stop_at_eos says.
+        if (tokenizer_.is_end_of_generation(token)) return stop(StopReason::Eos);
+    }
     if (params_.stop_at_eos && tokenizer_.is_end_of_generation(token)) return stop(StopReason::Eos);
     output_.push_back(token);
     pending_emit_.tokens.push_back(token);
@@ -88,7 +100,10 @@ void SessionCore::emit(int32_t token, bool drafted, const TokenLogprobs* lp, siz
         decoder_.push(token, pending_emit_.text);
         pending_emit_.text_ends.push_back(static_cast<uint32_t>(pending_emit_.text.size()));
     }
-    if (static_cast<int32_t>(output_.size()) >= params_.max_tokens) stop(StopReason::Length);
+    if (static_cast<int32_t>(output_.size()) >= params_.max_tokens) return stop(StopReason::Length);
+    // The grammar is complete and admits nothing more: only an
+    // end-of-generation token could follow, so the answer ends here.
+    if (grammar_ && grammar_->must_end()) stop(StopReason::Eos);
 }
 
 void SessionCore::on_prefill(const VerifyOutcome& o) {
@@ -141,6 +156,19 @@ void SessionCore::on_draft(const DraftOutcome& o) {
     rng_ = o.rng;
     draft_ = o.draft;
     draft_ms_ = o.step_ms;
+    if (grammar_) {
+        // A token the grammar forbids is rejected for sure (its row gives it
+        // probability 0): cut the draft there, so nothing after it costs a
+        // verification row. Exactly so when the draft is a point mass or
+        // the target greedy: the recovered token is then a plain draw from
+        // the target's row. A sampled draft's rejection draws from the
+        // residual max(0, q - p) instead, so there the forbidden token stays,
+        // last, for the verifier to reject by the rule.
+        size_t keep = grammar_prefix(*grammar_, tokenizer_, draft_.tokens);
+        if (keep < draft_.tokens.size() && draft_.has_probs && !params_.sampling.greedy()) ++keep;
+        draft_.tokens.resize(keep);
+        if (draft_.has_probs) draft_.probs.resize(keep);
+    }
     if (static_cast<int32_t>(draft_.tokens.size()) < std::max(1, spec_.draft_min)) draft_.clear();
 }
 

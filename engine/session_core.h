@@ -7,10 +7,14 @@
 //
 // It owns the sampling state and the random stream (which travel in the
 // jobs), the stop rules (EOS, max_tokens, full context, cancel, deadline),
-// the draft-length controller and the statistics.
+// the draft-length controller and the statistics. With a grammar
+// (SamplingParams::grammar) it also cuts each draft at its first token the
+// grammar forbids, and ends the generation ("stop") once the grammar is
+// complete and admits nothing more; the verifier masks the rows.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -18,6 +22,7 @@
 #include "engine/batch_drafter.h"
 #include "engine/batch_verifier.h"
 #include "engine/generate.h"
+#include "engine/grammar.h"
 #include "engine/load_policy.h"
 #include "engine/speculative.h"
 #include "engine/stop_matcher.h"
@@ -136,6 +141,9 @@ private:
     SpecStats stats_;
     bool finished_ = false;
     StopReason stop_ = StopReason::Length;
+    // The grammar at the position after history_ (prompt excluded: it
+    // constrains the output); null without one.
+    std::unique_ptr<GrammarMatcher> grammar_;
     Tokenizer::StreamDecoder decoder_;
     StopMatcher stop_matcher_;       // params_.stop
     std::string decoded_;            // one token's decoded text on its way through stop_matcher_ (reused)

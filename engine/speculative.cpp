@@ -132,6 +132,9 @@ SpeculativeResult SpeculativeDecoder::generate(std::span<const int32_t> prompt, 
     SamplingParams sampling = params.sampling;
     sampling.n_prompt = static_cast<int32_t>(prompt.size());
     sampling.validate_for(fwd_.n_vocab());
+    // Grammars run on the server's path (SessionCore with BatchVerifier) and
+    // in PlainDecoder; refused here rather than ignored.
+    if (!sampling.grammar.empty()) throw Error("grammar: not supported by the single-sequence speculative decoder (use the server or plain decoding)");
     spec_in.validate();
     if (params.max_tokens < 0) throw Error("max_tokens must be >= 0, got " + std::to_string(params.max_tokens));
     const int32_t n_ctx = kv_.shape().max_seq_len;

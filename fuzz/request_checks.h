@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "actors/constraints.h"
 #include "engine/chat_template.h"
 #include "fuzz/reply_checks.h"
 #include "net/api.h"
@@ -77,6 +78,14 @@ inline void check_parsed(const char* target, const net::ParsedRequest& p, net::A
     for (const LogitBias& b : r.sampling.logit_bias) {
         if (b.token < 0 || (limits.n_vocab > 0 && b.token >= limits.n_vocab)) fail(target, "accepted a logit_bias id outside the vocabulary");
         if (b.bias != -INFINITY) check_in<float>(target, "logit_bias", b.bias, -100.0f, 100.0f);
+    }
+    if (!r.sampling.grammar.empty()) {
+        // response_format, grammar and json_schema are checked where parsed: the session must not refuse them later.
+        try {
+            Grammar::parse(r.sampling.grammar);
+        } catch (const std::exception& e) {
+            fail(target, std::string("accepted a grammar that does not parse: ") + e.what());
+        }
     }
     try {
         r.sampling.validate();

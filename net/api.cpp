@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "actors/constraints.h"
 #include "config/json_text.h"
 #include "net/logprobs_json.h"
 
@@ -96,12 +97,99 @@ void refuse_unsupported(const json& body) {
     off("functions", empty);
     off("tool_choice", [](const json& v) { return v == "none" || v == "auto"; });  // without tools both mean plain text
     off("function_call", [](const json& v) { return v == "none" || v == "auto"; });
-    off("response_format", [](const json& v) { return v.is_object() && v.value("type", json()) == "text"; });
-    off("grammar", empty);
-    off("json_schema", empty);
     off("n_probs", zero);
     off("audio", empty);
     off("modalities", [](const json& v) { return v == json::array({"text"}); });
+}
+
+// A JSON schema's grammar (engine/json_schema_grammar.h), or a 400 naming
+// `field` with the converter's one-line message.
+// `where` names the schema inside the body ("response_format.json_schema.schema");
+// `path` is where it lies in `raw`, the body's text: re-read from there,
+// its objects keep their keys' order (nlohmann::json sorts them, and a
+// schema's properties are written in the order it gives). Without `raw`,
+// the sorted order.
+std::string schema_grammar(const json& schema, const char* field, const std::string& where, std::string_view raw,
+                           std::initializer_list<const char*> path) {
+    if (!schema.is_object() && !schema.is_boolean()) bad(field, where + " must be a JSON schema object, got " + shown(schema));
+    std::string text;
+    if (!raw.empty()) {
+        // The body parsed already (depth-limited), so this parse succeeds.
+        const nlohmann::ordered_json ordered = nlohmann::ordered_json::parse(raw);
+        const nlohmann::ordered_json* at = &ordered;
+        for (const char* key : path) at = &at->at(key);
+        text = at->dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+    } else {
+        text = dump_json(schema);
+    }
+    try {
+        return json_schema_to_grammar(text);
+    } catch (const Error& e) {
+        std::string why = e.what();
+        if (why.rfind("json_schema: ", 0) == 0) why = why.substr(13);
+        bad(field, where + ": " + valid_utf8(why));
+    }
+}
+
+// The grammar a request constrains its output with (GBNF text; empty:
+// none), from OpenAI's response_format ({"type": "json_object"}, or
+// {"type": "json_schema", "json_schema": {"name", "schema", "strict"}}) or
+// llama-server's `grammar` (GBNF) and `json_schema` (a schema) fields; its
+// response_format {"type": "json_object", "schema": {...}} too. At most one
+// of them. Each checked here, so a bad one is a 400 naming its field.
+std::string constraint_grammar(const json& body, std::string_view raw) {
+    std::string gbnf;
+    const char* from = nullptr;
+    const auto take = [&](const char* field, std::string g) {
+        if (from) bad(field, std::string("give one of response_format, grammar and json_schema, not ") + from + " and " + field);
+        from = field;
+        gbnf = std::move(g);
+    };
+    if (const json* rf = given(body, "response_format")) {
+        if (!rf->is_object()) bad("response_format", "response_format must be an object such as {\"type\": \"json_object\"}, got " + shown(*rf));
+        const json* type = given(*rf, "type");
+        if (!type || !type->is_string()) bad("response_format", "response_format needs a string type (text, json_object, json_schema)");
+        const std::string& t = type->get_ref<const std::string&>();
+        if (t == "json_object") {
+            const json* schema = given(*rf, "schema");  // llama-server's form
+            take("response_format", schema ? schema_grammar(*schema, "response_format", "response_format.schema", raw, {"response_format", "schema"})
+                                           : std::string(Grammar::json_object_text()));
+        } else if (t == "json_schema") {
+            const json* js = given(*rf, "json_schema");
+            if (!js || !js->is_object())
+                bad("response_format", "response_format of type json_schema needs a json_schema object {\"name\": ..., \"schema\": {...}}");
+            if (const json* name = given(*js, "name"); name && !name->is_string()) bad("response_format", "response_format.json_schema.name must be a string");
+            if (const json* strict = given(*js, "strict"); strict && !strict->is_boolean())
+                bad("response_format", "response_format.json_schema.strict must be a boolean");
+            const json* schema = given(*js, "schema");
+            // No schema: any JSON object, as json_object.
+            take("response_format", schema ? schema_grammar(*schema, "response_format", "response_format.json_schema.schema", raw,
+                                                          {"response_format", "json_schema", "schema"})
+                                           : std::string(Grammar::json_object_text()));
+        } else if (t != "text") {
+            bad("response_format", "response_format type \"" + utf8_excerpt(t, 40) + "\" is not supported (text, json_object, json_schema)");
+        }
+    }
+    if (const json* g = given(body, "grammar")) {
+        if (!g->is_string()) bad("grammar", "grammar must be a string of GBNF, got " + shown(*g));
+        const std::string& text = g->get_ref<const std::string&>();
+        if (!text.empty()) {
+            if (text.size() > kMaxGrammarBytes)
+                bad("grammar", "grammar is " + std::to_string(text.size()) + " bytes; at most " + std::to_string(kMaxGrammarBytes));
+            try {
+                Grammar::parse(text);
+            } catch (const Error& e) {
+                bad("grammar", valid_utf8(e.what()));
+            }
+            take("grammar", text);
+        }
+    }
+    if (const json* s = given(body, "json_schema")) {
+        if (!(s->is_object() && s->empty())) take("json_schema", schema_grammar(*s, "json_schema", "json_schema", raw, {"json_schema"}));  // {}: none, as llama-server
+    }
+    if (gbnf.size() > kMaxGrammarBytes)
+        bad(from, std::string(from) + " makes a grammar of " + std::to_string(gbnf.size()) + " bytes; at most " + std::to_string(kMaxGrammarBytes));
+    return gbnf;
 }
 
 // A logit_bias token id as a key of OpenAI's object form: decimal digits only.
@@ -178,7 +266,7 @@ json parse_json(std::string_view text) {
 }
 
 ParsedRequest parse_generation(const json& body, ApiKind kind, const RequestLimits& limits, ChatRenderer render_chat,
-                               const void* render_ctx) {
+                               const void* render_ctx, std::string_view raw_body) {
     if (!body.is_object()) bad("", "the request body must be a JSON object");
     ParsedRequest out;
     generate_request& r = out.request;
@@ -246,6 +334,7 @@ ParsedRequest parse_generation(const json& body, ApiKind kind, const RequestLimi
         r.sampling.penalty_window = PenaltyWindow::LastN;
     }
     if (const json* v = given(body, "logit_bias")) r.sampling.logit_bias = logit_bias(*v, limits.n_vocab);
+    r.sampling.grammar = constraint_grammar(body, raw_body);
     // seed: the text then depends on (seed, prompt, parameters) only, with
     // speculation on or off, at any draft length, alone or batched: each
     // position's token is the race winner under noise keyed on (seed,

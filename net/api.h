@@ -59,10 +59,13 @@ struct RequestLimits {
 static_assert(RequestLimits{}.max_draft_tokens <= kMaxDraftTokens);
 
 // Parses and validates; throws ApiError. `render_chat` turns messages into
-// the prompt text (the model's chat template).
+// the prompt text (the model's chat template). `raw_body`: the text `body`
+// was parsed from, read again for a JSON schema (response_format,
+// json_schema) so its properties keep the client's order (nlohmann::json
+// sorts keys); empty: they come in sorted order.
 using ChatRenderer = std::string (*)(const void* ctx, const std::vector<std::pair<std::string, std::string>>& messages);
 ParsedRequest parse_generation(const nlohmann::json& body, ApiKind kind, const RequestLimits& limits, ChatRenderer render_chat,
-                               const void* render_ctx);
+                               const void* render_ctx, std::string_view raw_body = {});
 
 // Parses text as JSON (config/json_text.h: depth-limited, every library
 // error in our words); ApiError{400, "invalid_json"} naming the position.

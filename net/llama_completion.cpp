@@ -80,7 +80,8 @@ const char* llama_stop_type(const done_event& d) {
 
 }  // namespace
 
-ParsedRequest parse_llama_completion(const json& body_in, const RequestLimits& limits, LlamaCompletionShape& shape) {
+ParsedRequest parse_llama_completion(const json& body_in, const RequestLimits& limits, LlamaCompletionShape& shape,
+                                     std::string_view raw_body) {
     if (!body_in.is_object()) throw ApiError{400, "invalid_request", "the request body must be a JSON object", ""};
     json body = body_in;
     // The prompt: a string or one sequence of token ids (one prompt per request).
@@ -145,7 +146,7 @@ ParsedRequest parse_llama_completion(const json& body_in, const RequestLimits& l
         shape.return_tokens = v->get<bool>();
     }
 
-    ParsedRequest parsed = parse_generation(body, ApiKind::Completion, limits, nullptr, nullptr);
+    ParsedRequest parsed = parse_generation(body, ApiKind::Completion, limits, nullptr, nullptr, raw_body);
     generate_request& r = parsed.request;
     r.stop_at_eos = !ignore_eos;
     const SamplingParams& s = r.sampling;

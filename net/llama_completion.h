@@ -32,6 +32,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -49,7 +50,10 @@ struct LlamaCompletionShape {
 };
 
 // Checks the llama-server fields of `body` and parses it; throws ApiError.
-ParsedRequest parse_llama_completion(const nlohmann::json& body, const RequestLimits& limits, LlamaCompletionShape& shape);
+// `raw_body`: the body's text, so a json_schema keeps its properties' order
+// (as parse_generation).
+ParsedRequest parse_llama_completion(const nlohmann::json& body, const RequestLimits& limits, LlamaCompletionShape& shape,
+                                     std::string_view raw_body = {});
 
 // The whole (non-streamed) answer, and the last event of a streamed one
 // (with "content" "" and the ids not repeated).

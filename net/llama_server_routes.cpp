@@ -123,6 +123,7 @@ RouteResult props(const RouteContext& ctx) {
                       {"presence_penalty", defaults.presence_penalty},
                       {"frequency_penalty", defaults.frequency_penalty},
                       {"logit_bias", json::array()},
+                      {"grammar", ""},
                       {"seed", -1},
                       {"stop", json::array()},
                       {"speculative.n_max", spec.enabled ? spec.draft_max : 0},
@@ -143,7 +144,7 @@ RouteResult completion(const RouteRequest& req, const RouteContext& ctx) {
     r.kind = RouteResult::Kind::Generate;
     LlamaCompletionShape shape;
     try {
-        r.parsed = parse_llama_completion(parse_json(req.body), ctx.options.limits, shape);
+        r.parsed = parse_llama_completion(parse_json(req.body), ctx.options.limits, shape, req.body);
     } catch (const ApiError& e) {
         return error_result(e.status, e.code, e.message, e.param);
     }

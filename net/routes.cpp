@@ -104,7 +104,7 @@ RouteResult generate(const RouteRequest& req, const RouteContext& ctx, bool chat
     try {
         const json body = parse_json(req.body);
         r.parsed = parse_generation(body, chat ? ApiKind::Chat : ApiKind::Completion, ctx.options.limits, render_chat_messages,
-                                    ctx.chat_template);
+                                    ctx.chat_template, req.body);
     } catch (const ApiError& e) {
         return error_result(e.status, e.code, e.message, e.param);
     }

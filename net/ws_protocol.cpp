@@ -45,7 +45,7 @@ WsAction interpret_ws_message(std::string_view text, const WsContext& ctx) {
     if (ctx.draining) return reply(idp, "draining", "the server is draining; retry on another instance");
     WsAction a;
     try {
-        a.parsed = parse_generation(msg, ApiKind::WebSocket, *ctx.limits, ctx.render_chat, ctx.render_ctx);
+        a.parsed = parse_generation(msg, ApiKind::WebSocket, *ctx.limits, ctx.render_chat, ctx.render_ctx, text);
     } catch (const ApiError& e) {
         return reply(idp, e.code, e.message);
     }

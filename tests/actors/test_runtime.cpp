@@ -507,6 +507,48 @@ TEST_CASE("penalties and logit_bias through the actors: greedy output with specu
     require_pool_empty(rt);
 }
 
+TEST_CASE("a grammar through the actors: greedy output with speculation on and off, pipelined or not, equals plain constrained decoding",
+          "[runtime][grammar]") {
+    RuntimeConfig config = test_config();
+    auto model = test::load("stories15M-f32.gguf");
+    ThreadPool pool(2);
+    ForwardPass fwd(*model, pool);
+    PagedKvCache kv(fwd.kv_shape(model->hparams().n_ctx_train, 1));
+    // A JSON object stories15M finishes: the grammar ends it with "stop".
+    const std::string gbnf = R"(root ::= " "? "{" " "? "\"name\":" " "? "\"" [A-Z] [a-z]{1,10} "\"," " "? "\"pet\":" " "? ("\"dog\"" | "\"cat\"") " "? "}")";
+    for (int pipelined = 0; pipelined < 2; ++pipelined) {
+        config.pipeline_drafts = pipelined ? "on" : "off";
+        StandaloneRuntime host(config);
+        Runtime& rt = host.runtime();
+        for (const std::string& prompt : {std::string("Once upon a time"), std::string("Lily and Ben went to the park.")}) {
+            generate_request req = greedy_request("g", prompt, 64);
+            req.sampling.grammar = gbnf;
+            GenerationParams gp;
+            gp.max_tokens = 64;
+            gp.sampling = req.sampling;
+            const GenerationResult expected = PlainDecoder(fwd, kv).generate(model->tokenizer().encode(prompt, true), gp);
+            REQUIRE(expected.stop == StopReason::Eos);  // the grammar completed
+            for (int spec = 0; spec < 2; ++spec) {
+                req.speculative = static_cast<int8_t>(spec);
+                GenerateResult r = rt.generate(req);
+                INFO("pipelined " << pipelined << " speculative " << spec << " '" << prompt << "': " << r.error.message);
+                REQUIRE(r.ok);
+                CHECK(r.tokens == expected.tokens);
+                CHECK(r.done.finish_reason == "stop");  // the grammar ended it
+                if (spec) CHECK(r.done.accepted > 0);
+            }
+        }
+        // A grammar that does not parse is a typed error, not a crash.
+        generate_request bad = greedy_request("b", "Once upon a time", 8);
+        bad.sampling.grammar = "root ::= (";
+        GenerateResult g = rt.generate(bad);
+        CHECK_FALSE(g.ok);
+        CHECK(g.error.code == "invalid_request");
+        CHECK_THAT(g.error.message, Catch::Contains("grammar"));
+        require_pool_empty(rt);
+    }
+}
+
 TEST_CASE("bad requests get typed error events, not exceptions", "[runtime][faults]") {
     StandaloneRuntime host(test_config());
     Runtime& rt = host.runtime();

@@ -145,6 +145,7 @@ TEST_CASE("llama-server endpoints: /props shows the defaults a request gets; /sl
     CHECK(settings["params"]["presence_penalty"].get<double>() == 0.0);
     CHECK(settings["params"]["frequency_penalty"].get<double>() == 0.0);
     CHECK(settings["params"]["logit_bias"] == json::array());
+    CHECK(settings["params"]["grammar"] == "");  // no grammar unless a request gives one
     CHECK(props.body["total_slots"] == 4);
     CHECK(props.body["model_path"] == test::model_path("stories15M-q8_0.gguf"));
     CHECK(props.body["chat_template"] == rt.chat_template_text());

@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "actors/constraints.h"
 #include "engine/utf8.h"
 #include "net/api.h"
 #include "net/ws_protocol.h"
@@ -145,8 +146,7 @@ TEST_CASE("parse_generation: chat messages as SDKs send them: text parts, develo
 
 TEST_CASE("parse_generation: a parameter specd does not implement is refused naming it; its off value is accepted", "[net][api]") {
     for (const char* param : {R"("echo":true)", R"("suffix":"end")", R"("best_of":2)",
-                              R"("tools":[{"type":"function","function":{"name":"f"}}])", R"("tool_choice":"required")",
-                              R"("response_format":{"type":"json_object"})", R"("grammar":"root ::= \"a\"")"}) {
+                              R"("tools":[{"type":"function","function":{"name":"f"}}])", R"("tool_choice":"required")"}) {
         const std::string body = std::string(R"({"prompt":"x",)") + param + "}";
         const ApiError e = http_error(body, ApiKind::Completion);
         INFO(body);
@@ -171,9 +171,11 @@ namespace {
 // WebSocket generate frame.
 std::vector<ParsedRequest> parsed_everywhere(const std::string& params, const RequestLimits& limits = kLimits) {
     std::vector<ParsedRequest> out;
-    out.push_back(parse_generation(parse_json(R"({"prompt":"x",)" + params + "}"), ApiKind::Completion, limits, plain_transcript, nullptr));
-    out.push_back(parse_generation(parse_json(R"({"messages":[{"role":"user","content":"x"}],)" + params + "}"), ApiKind::Chat, limits,
-                                   plain_transcript, nullptr));
+    // With the body's text, as the routes parse it (a schema keeps its order).
+    const std::string completion = R"({"prompt":"x",)" + params + "}";
+    const std::string chat = R"({"messages":[{"role":"user","content":"x"}],)" + params + "}";
+    out.push_back(parse_generation(parse_json(completion), ApiKind::Completion, limits, plain_transcript, nullptr, completion));
+    out.push_back(parse_generation(parse_json(chat), ApiKind::Chat, limits, plain_transcript, nullptr, chat));
     const WsContext ctx{&limits, false, plain_transcript, nullptr};
     WsAction a = interpret_ws_message(R"({"type":"generate","id":"p","prompt":"x",)" + params + "}", ctx);
     REQUIRE(a.kind == WsAction::Kind::Generate);
@@ -190,7 +192,7 @@ void refused_everywhere(const std::string& params, const std::string& field, con
                                                        : R"({"prompt":"x",)" + params + "}";
         ApiError e{0, "", "", ""};
         try {
-            parse_generation(parse_json(body), kind, limits, plain_transcript, nullptr);
+            parse_generation(parse_json(body), kind, limits, plain_transcript, nullptr, body);
         } catch (const ApiError& caught) {
             e = caught;
         }
@@ -356,4 +358,73 @@ TEST_CASE("parse_generation: a seed asks for coupled sampling (the same text wha
     }
     refused_everywhere(R"("seed":-3)", "seed");
     refused_everywhere(R"("seed":"abc")", "seed");
+}
+
+// ------------------------------------------------ constrained output ---
+
+namespace {
+// Whether `text` is a complete match of the request's grammar.
+bool grammar_matches(const ParsedRequest& p, const std::string& text) {
+    GrammarMatcher m(Grammar::parse(p.request.sampling.grammar));
+    return m.accept_bytes(text) && m.can_end();
+}
+}  // namespace
+
+TEST_CASE("parse_generation: response_format json_object and json_schema, grammar and json_schema are honoured everywhere", "[net][api]") {
+    for (const ParsedRequest& p : parsed_everywhere(R"("response_format":{"type":"json_object"})")) {
+        CHECK(p.request.sampling.grammar == Grammar::json_object_text());
+        CHECK_FALSE(p.request.sampling.plain_argmax());
+    }
+    const std::string schema = R"({"type":"object","properties":{"name":{"type":"string"},"age":{"type":"integer"}},)"
+                               R"("required":["name","age"],"additionalProperties":false})";
+    for (const std::string& params : {R"("response_format":{"type":"json_schema","json_schema":{"name":"person","strict":true,"schema":)" + schema + "}}",
+                                      R"("json_schema":)" + schema, R"("response_format":{"type":"json_object","schema":)" + schema + "}"}) {
+        INFO(params);
+        for (const ParsedRequest& p : parsed_everywhere(params)) {
+            CHECK(grammar_matches(p, R"({"name": "Lily", "age": 3})"));
+            CHECK_FALSE(grammar_matches(p, R"({"name": "Lily"})"));
+            CHECK_FALSE(grammar_matches(p, R"({"name": "Lily", "age": 3, "x": 1})"));
+        }
+    }
+    for (const ParsedRequest& p : parsed_everywhere(R"("grammar":"root ::= \"yes\" | \"no\"")")) {
+        CHECK(p.request.sampling.grammar == R"(root ::= "yes" | "no")");
+        CHECK(grammar_matches(p, "no"));
+        CHECK_FALSE(grammar_matches(p, "maybe"));
+    }
+    // Their off values: no grammar.
+    for (const char* off : {R"("response_format":{"type":"text"})", R"("grammar":"")", R"("json_schema":{})", R"("response_format":null)",
+                            R"("grammar":null,"json_schema":null)"}) {
+        for (const ParsedRequest& p : parsed_everywhere(off)) CHECK(p.request.sampling.grammar.empty());
+    }
+    // Without the body's text a schema's properties come in nlohmann's sorted order ("age" before "name").
+    const ParsedRequest sorted_order =
+        parse_generation(parse_json(R"({"prompt":"x","json_schema":)" + schema + "}"), ApiKind::Completion, kLimits, plain_transcript, nullptr);
+    CHECK(grammar_matches(sorted_order, R"({"age": 3, "name": "Lily"})"));
+    // json_schema without a schema: any object, as json_object.
+    for (const ParsedRequest& p : parsed_everywhere(R"("response_format":{"type":"json_schema","json_schema":{"name":"any"}})"))
+        CHECK(p.request.sampling.grammar == Grammar::json_object_text());
+}
+
+TEST_CASE("parse_generation: a bad grammar or schema is a 400 naming its field with the parser's one-line message", "[net][api]") {
+    refused_everywhere(R"("grammar":"root ::= \"a")", "grammar", kLimits, "line 1, column");
+    refused_everywhere(R"("grammar":"root ::= undefined-rule")", "grammar", kLimits, "undefined-rule");
+    refused_everywhere(R"("grammar":"start ::= \"a\"")", "grammar", kLimits, "no root rule");
+    refused_everywhere(R"("grammar":42)", "grammar", kLimits, "GBNF");
+    refused_everywhere(R"("json_schema":{"type":"string","pattern":"^a"})", "json_schema", kLimits, "unsupported keyword \"pattern\"");
+    refused_everywhere(R"("json_schema":{"type":"strin"})", "json_schema", kLimits, "unknown type");
+    refused_everywhere(R"("json_schema":"x")", "json_schema", kLimits, "JSON schema object");
+    refused_everywhere(R"("response_format":{"type":"json_schema","json_schema":{"name":"p","schema":{"properties":{"a":{"minimum":1}}}}})",
+                       "response_format", kLimits, "response_format.json_schema.schema: at /properties/a: unsupported keyword \"minimum\"");
+    refused_everywhere(R"("response_format":{"type":"json_schema"})", "response_format", kLimits, "needs a json_schema object");
+    refused_everywhere(R"("response_format":{"type":"xml"})", "response_format", kLimits, "not supported");
+    refused_everywhere(R"("response_format":"json_object")", "response_format", kLimits, "must be an object");
+    refused_everywhere(R"("response_format":{})", "response_format", kLimits, "type");
+    refused_everywhere(R"("response_format":{"type":"json_object"},"grammar":"root ::= \"a\"")", "grammar", kLimits, "give one of");
+    refused_everywhere(R"("grammar":"root ::= \"a\"","json_schema":{"type":"integer"})", "json_schema", kLimits, "give one of");
+    std::string big = R"("grammar":"root ::= \")" + std::string(kMaxGrammarBytes, 'a') + R"(\"")";
+    refused_everywhere(big, "grammar", kLimits, "at most");
+    for (const char* params : {R"("grammar":"root ::= (")", R"("json_schema":{"type":"array","minItems":"x"})"}) {
+        const ApiError e = http_error(std::string(R"({"prompt":"x",)") + params + "}", ApiKind::Completion);
+        CHECK(e.message.find('\n') == std::string::npos);  // one line
+    }
 }

@@ -4,6 +4,7 @@
 // that must stay exact under speculation).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -24,7 +25,10 @@ struct Driven {
 // One "runtime step" per round: every decoding session drafts (one batched
 // drafter call), then every session's verify or prefill job goes to the
 // verifier, which steps until each has its outcome.
-inline void drive(std::vector<Driven>& sessions, BatchVerifier& verifier, BatchDrafter* drafter) {
+// `edit_drafts`, when given, sees each round's draft jobs before the
+// drafter does (a test may change what the draft is asked).
+inline void drive(std::vector<Driven>& sessions, BatchVerifier& verifier, BatchDrafter* drafter,
+                  const std::function<void(std::vector<DraftJob>&)>& edit_drafts = {}) {
     for (int round = 0;; ++round) {
         bool any = false;
         std::vector<DraftJob> djobs;
@@ -44,6 +48,7 @@ inline void drive(std::vector<Driven>& sessions, BatchVerifier& verifier, BatchD
             continue;
         }
         std::vector<DraftOutcome> douts;
+        if (edit_drafts) edit_drafts(djobs);
         if (drafter && !djobs.empty()) drafter->draft(djobs, douts);
         for (const DraftOutcome& o : douts) sessions[o.tag].core->on_draft(o);
         size_t expected = 0;
