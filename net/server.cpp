@@ -143,12 +143,16 @@ void Server::stop() {
     // WebSocket clients get a close frame saying why (1001, going away),
     // idle or busy, rather than a dropped socket; each gets up to
     // kCloseGrace to exchange it before the threads stop.
-    const std::vector<std::function<void()>> closers = state_->websocket_closers();
-    for (auto& close : closers) close();
-    constexpr double kCloseGrace = 1000.0;  // ms
-    const double deadline = steady_ms() + kCloseGrace;
-    while (!closers.empty() && state_->open_websockets() > 0 && steady_ms() < deadline && !state_->threads.empty())
-        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    {
+        // Copies of the closers hold strand executors: they must go before
+        // the context does (a strand's destructor reaches its service).
+        const std::vector<std::function<void()>> closers = state_->websocket_closers();
+        for (auto& close : closers) close();
+        constexpr double kCloseGrace = 1000.0;  // ms
+        const double deadline = steady_ms() + kCloseGrace;
+        while (!closers.empty() && state_->open_websockets() > 0 && steady_ms() < deadline && !state_->threads.empty())
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
     state_->ioc->stop();
     for (auto& t : state_->threads) t.join();
     state_->metrics.stop();  // no scrape is answered from now on
