@@ -52,6 +52,7 @@ draft_actor::behavior_type draft_fun(draft_actor::stateful_pointer<draft_state> 
         st.fwd = rt->backends->make_draft(fo);
         st.kv = st.fwd->make_kv_cache(rt->draft_shape);
         st.batch = std::make_unique<BatchDrafter>(st.fwd.get(), st.kv.get(), 1, 4, rt->target ? rt->target->hparams().n_vocab : 0);
+        if (rt->config.prefix_cache) st.batch->enable_prefix_cache();
     } else {
         st.batch = std::make_unique<BatchDrafter>(nullptr, nullptr, rt->config.ngram_min, rt->config.ngram_max);
     }

@@ -50,6 +50,7 @@ struct generate_request {
     int32_t draft_max = -1;               // -1: the runtime's MAX_DRAFT_TOKENS; else 0..kMaxDraftTokens
     int8_t adaptive = -1;                 // -1: the runtime's default; 0 fixed k; 1 adaptive
     int64_t timeout_ms = 0;               // 0: no deadline; else the request fails after this long
+    bool cache_prompt = true;             // reuse the prefix cache's KV blocks the prompt starts with (when the runtime has one)
 };
 
 // Tokens the target accepted in one step, in order.
@@ -68,6 +69,7 @@ struct done_event {
     std::string finish_reason;            // "stop" (EOS or a stop sequence), "length", "context", "cancelled"
     std::string stop_word;                // the stop sequence that ended it ("" for EOS and every other end)
     int32_t prompt_tokens = 0;
+    int32_t cached_prompt_tokens = 0;     // of the prompt, tokens whose keys and values came from the prefix cache
     int32_t completion_tokens = 0;
     double ttft_ms = 0.0;                 // submit → first token event
     double total_ms = 0.0;                // submit → done
@@ -109,6 +111,7 @@ struct verify_msg {
     std::vector<uint64_t> rng;            // (4) the request's random state
     int32_t run_ahead = 0;                // plain steps the verifier may add (0: answer this one only)
     bool stop_at_eos = true;              // run-ahead stops after an end-of-generation token
+    bool cache_prompt = true;             // prefill: look the prompt up in the prefix cache
 };
 
 struct verify_result {
@@ -123,6 +126,7 @@ struct verify_result {
     double step_ms = 0.0;
     bool continued = false;               // run-ahead: the verifier goes on; its next result follows as a message
     TokenLogprobs logprobs;               // (n_accepted + 1) when the job's sampling.logprobs >= 0; else empty
+    int32_t cached_tokens = 0;            // prefill: prompt tokens taken from the prefix cache
 };
 
 // Session → draft: propose up to k tokens after the request's context.
@@ -206,7 +210,7 @@ typename Inspector::result_type inspect(Inspector& f, TokenLogprobs& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, generate_request& x) {
     return f(caf::meta::type_name("specd::generate_request"), x.id, x.model, x.prompt, x.prompt_tokens, x.parse_special, x.max_tokens, x.sampling,
-             x.stop_at_eos, x.stop, x.speculative, x.draft_max, x.adaptive, x.timeout_ms);
+             x.stop_at_eos, x.stop, x.speculative, x.draft_max, x.adaptive, x.timeout_ms, x.cache_prompt);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, token_event& x) {
@@ -214,7 +218,7 @@ typename Inspector::result_type inspect(Inspector& f, token_event& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, done_event& x) {
-    return f(caf::meta::type_name("specd::done_event"), x.id, x.finish_reason, x.stop_word, x.prompt_tokens, x.completion_tokens, x.ttft_ms,
+    return f(caf::meta::type_name("specd::done_event"), x.id, x.finish_reason, x.stop_word, x.prompt_tokens, x.cached_prompt_tokens, x.completion_tokens, x.ttft_ms,
              x.total_ms, x.speculative, x.steps, x.drafted, x.accepted, x.draft_steps, x.load_capped, x.draft_ms, x.verify_ms, x.drafted_per_position,
              x.accepted_per_position);
 }
@@ -225,12 +229,12 @@ typename Inspector::result_type inspect(Inspector& f, error_event& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, verify_msg& x) {
     return f(caf::meta::type_name("specd::verify_msg"), x.request, x.prefill, x.tokens, x.n_draft, x.has_probs, x.probs, x.sampling,
-             x.rng, x.run_ahead, x.stop_at_eos);
+             x.rng, x.run_ahead, x.stop_at_eos, x.cache_prompt);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, verify_result& x) {
     return f(caf::meta::type_name("specd::verify_result"), x.ok, x.kv_full, x.error, x.n_accepted, x.next, x.rng, x.batch_requests,
-             x.open_requests, x.step_ms, x.continued, x.logprobs);
+             x.open_requests, x.step_ms, x.continued, x.logprobs, x.cached_tokens);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, draft_msg& x) {

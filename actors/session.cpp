@@ -195,6 +195,7 @@ void session_start(session_ptr self, generate_request& req) {
     gp.sampling = req.sampling;
     gp.stop_at_eos = req.stop_at_eos;
     gp.stop = req.stop;
+    gp.cache_prompt = req.cache_prompt;
     SpeculativeParams sp;
     const std::shared_ptr<const SpeculationSettings> defaults = rt.speculation.load();
     sp.draft_max = req.draft_max >= 0 ? req.draft_max : defaults->draft_max;

@@ -66,6 +66,7 @@ verifier_actor::behavior_type verifier_fun(verifier_actor::stateful_pointer<veri
     vo.max_step_tokens = rt->config.max_step_tokens;
     vo.prefill_chunk_tokens = rt->config.prefill_chunk;
     st.batch = std::make_unique<BatchVerifier>(*st.fwd, *st.kv, vo);
+    if (rt->config.prefix_cache) st.batch->enable_prefix_cache();
     st.batch->set_cost_probe(&rt->step_probe);
     auto try_step = [self, rt]() {
         queue_step(self, self->state.hold, self->state.batch->has_work(), rt->rendezvous.get(), Phase::Verify);

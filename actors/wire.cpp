@@ -69,6 +69,7 @@ verify_msg verify_msg_from_job(VerifyJob job, int32_t run_ahead, bool stop_at_eo
     m.rng = rng_to_wire(job.rng);
     m.run_ahead = job.n_draft == 0 ? run_ahead : 0;
     m.stop_at_eos = stop_at_eos;
+    m.cache_prompt = job.cache_prompt;
     return m;
 }
 
@@ -80,6 +81,7 @@ VerifyJob verify_job_from_msg(verify_msg& m) {
     job.n_draft = m.n_draft;
     job.sampling = m.sampling;
     job.rng = rng_from_wire(m.rng);
+    job.cache_prompt = m.cache_prompt;
     job.draft_has_probs = m.has_probs;
     if (m.has_probs) job.draft_probs = unpack_probs(m.probs);
     return job;
@@ -98,6 +100,7 @@ verify_result verify_result_from_outcome(VerifyOutcome& o, bool continued) {
     r.step_ms = o.step_ms;
     r.continued = continued;
     r.logprobs = std::move(o.logprobs);
+    r.cached_tokens = o.cached_tokens;
     return r;
 }
 
@@ -110,6 +113,7 @@ VerifyOutcome verify_outcome_from_result(const verify_result& r) {
     o.open_requests = r.open_requests;
     o.step_ms = r.step_ms;
     o.logprobs = r.logprobs;
+    o.cached_tokens = r.cached_tokens;
     const size_t k = static_cast<size_t>(std::max(0, o.logprobs.n_top));
     if (o.logprobs.top_ids.size() != o.logprobs.size() * k || o.logprobs.top_logprobs.size() != o.logprobs.size() * k)
         throw Error("log-probabilities of " + std::to_string(o.logprobs.size()) + " tokens with mismatched alternatives");
@@ -147,6 +151,7 @@ done_event done_event_from_core(const std::string& id, const SessionCore& core, 
     d.stop_word = core.stop_word();
     const SpecStats& st = core.stats();
     d.prompt_tokens = core.n_prompt();
+    d.cached_prompt_tokens = core.n_cached_prompt();
     d.completion_tokens = static_cast<int32_t>(core.output().size());
     d.ttft_ms = ttft_ms;
     d.total_ms = total_ms;

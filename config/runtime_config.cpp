@@ -122,6 +122,9 @@ const std::vector<Entry>& entries() {
         add({.key = "prefill_chunk", .env = "SPECD_PREFILL_CHUNK", .flag = "--prefill-chunk", .help = "prompt tokens per verifier step",
              .kind = Kind::integer, .min = 1, .max = 4096},
             &RuntimeConfig::prefill_chunk);
+        add({.key = "prefix_cache", .env = "SPECD_PREFIX_CACHE", .flag = "--prefix-cache{true},--no-prefix-cache{false}",
+             .help = "reuse the KV blocks of earlier prompts and replies a new prompt starts with", .kind = Kind::boolean},
+            &RuntimeConfig::prefix_cache);
         add({.key = "batch_size", .env = "SPECD_BATCH_SIZE", .flag = "-b,--batch-size", .help = "tokens per verifier step",
              .kind = Kind::integer, .min = 16, .max = 4096},
             &RuntimeConfig::max_step_tokens);

@@ -73,6 +73,10 @@ struct RuntimeConfig {
     std::string device = "auto";       // "device" / SPECD_DEVICE: auto (CUDA GPU 0 when usable, else the CPU), cpu or cuda
                                        //   (cuda without a usable GPU refuses to start)
     int32_t prefill_chunk = 128;       // "prefill_chunk" / SPECD_PREFILL_CHUNK: prompt tokens per verifier step
+    bool prefix_cache = true;          // "prefix_cache" / SPECD_PREFIX_CACHE: keep finished requests' KV blocks so a prompt that
+                                       //   starts with an earlier prompt or reply (the next turn of a chat, a shared system
+                                       //   prompt) prefills only the rest; evicted least recently used when the pool is short
+                                       //   (engine/prefix_cache.h; llama-server's cache_prompt, vLLM's prefix caching)
     int32_t max_step_tokens = 512;     // "batch_size" / SPECD_BATCH_SIZE: tokens per verifier step
     int32_t run_ahead = 16;            // "run_ahead" / SPECD_RUN_AHEAD: plain steps the verifier may run for a request on its
                                        //   own, feeding back the token it sampled, before the session answers (saves a

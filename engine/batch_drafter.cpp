@@ -55,10 +55,17 @@ BatchDrafter::BatchDrafter(ForwardBackend* draft_fwd, PagedKvCache* draft_kv, in
     if ((fwd_ == nullptr) != (kv_ == nullptr)) throw Error("drafter: a draft model needs both its forward pass and its cache");
 }
 
+void BatchDrafter::enable_prefix_cache(BlockHasher hasher) {
+    if (kv_ && !cache_) cache_ = std::make_unique<PrefixCache>(*kv_, hasher);
+}
+
 void BatchDrafter::close(uint64_t request) {
     auto it = requests_.find(request);
     if (it == requests_.end()) return;
-    if (kv_ && it->second.seq >= 0) kv_->free_sequence(it->second.seq);
+    if (kv_ && it->second.seq >= 0) {
+        if (cache_) cache_->insert(it->second.seq, it->second.cached);
+        kv_->free_sequence(it->second.seq);
+    }
     requests_.erase(it);
 }
 
@@ -103,6 +110,11 @@ void BatchDrafter::model_draft(std::span<const DraftJob> jobs, std::vector<Draft
             } catch (const Error&) {
                 continue;  // no sequence slot: this request goes without a draft this step
             }
+            if (cache_) {
+                // Keyed by the context's own ids, as `cached` holds them.
+                kv_->adopt_blocks(r.seq, cache_->match(job.context));
+                r.cached.assign(job.context.begin(), job.context.begin() + kv_->length(r.seq));
+            }
             it = requests_.emplace(job.request, std::move(r)).first;
         }
         Request& r = it->second;
@@ -114,7 +126,7 @@ void BatchDrafter::model_draft(std::span<const DraftJob> jobs, std::vector<Draft
         if (common == job.context.size()) --common;
         r.cached.resize(common);
         kv_->truncate(r.seq, static_cast<int32_t>(common));
-        if (!kv_->reserve(r.seq, static_cast<int32_t>(job.context.size()) + k - 1)) continue;  // draft pool full
+        if (!reserve_evicting(*kv_, cache_.get(), r.seq, static_cast<int32_t>(job.context.size()) + k - 1)) continue;  // draft pool full
         Active a{j, first_out + j, &r, {}, Rng(job.rng), k, true, nullptr, nullptr};
         if (!job.sampling.grammar.empty() && !vocab_.masks()) {
             // (A draft of another vocabulary proposes unmasked.)

@@ -13,6 +13,7 @@
 
 #include "engine/backend.h"
 #include "engine/grammar_decode.h"
+#include "engine/prefix_cache.h"
 #include "engine/proposer.h"
 #include "engine/sampler.h"
 
@@ -72,8 +73,15 @@ public:
     BatchDrafter(ForwardBackend* draft_fwd, PagedKvCache* draft_kv, int32_t ngram_min = 1, int32_t ngram_max = 4,
                  int32_t target_vocab = 0);
 
-    // Frees the request's draft sequence (no-op when it has none).
+    // Frees the request's draft sequence (no-op when it has none); with the
+    // prefix cache on, its blocks are recorded there first.
     void close(uint64_t request);
+    // Prefix caching on the draft model's cache (engine/prefix_cache.h): a
+    // request's first catch-up adopts the cached blocks its context starts
+    // with, and a closing request records its own. No-op without a draft
+    // model. `hasher` as for PrefixCache.
+    void enable_prefix_cache(BlockHasher hasher = default_block_hash);
+    const PrefixCache* prefix_cache() const { return cache_.get(); }
     int32_t open_requests() const { return static_cast<int32_t>(requests_.size()); }
 
     // Drafts for every job, batching the model's forwards across them, and
@@ -119,6 +127,7 @@ private:
     std::vector<int32_t> argmax_;      // (items_) argmax per row when an iteration ran forward_greedy
     int64_t greedy_forwards_ = 0;
     std::unique_ptr<TokenTrie> trie_;  // (constrained requests) the draft tokenizer's pieces
+    std::unique_ptr<PrefixCache> cache_;  // null: prefix caching off (always without a draft model)
     std::vector<float> masked_;        // (n_vocab) one row after the grammar's mask
     std::vector<uint8_t> allowed_;     // (n_vocab) mask scratch
 };

@@ -26,9 +26,16 @@ void BatchVerifier::open(uint64_t request) {
     requests_.emplace(request, std::move(r));
 }
 
+void BatchVerifier::enable_prefix_cache(BlockHasher hasher) {
+    if (!cache_) cache_ = std::make_unique<PrefixCache>(kv_, hasher);
+}
+
 void BatchVerifier::close(uint64_t request) {
     auto it = requests_.find(request);
     if (it == requests_.end()) return;
+    // Its keys and values stay for requests that start the same way (the
+    // next turn of a chat starts with this one's prompt and reply).
+    if (cache_) cache_->insert(it->second.seq, it->second.history);
     kv_.free_sequence(it->second.seq);
     requests_.erase(it);
     queue_.erase(std::remove_if(queue_.begin(), queue_.end(), [&](const Queued& q) { return q.job.request == request; }),
@@ -81,9 +88,17 @@ void BatchVerifier::submit(VerifyJob job) {
         } catch (const Error& e) {
             return rejected_.push_back(fail(job, std::string("KV cache: ") + e.what(), true));
         }
-        requests_[job.request].busy = true;
-        if (grammar) requests_[job.request].grammar = std::make_unique<GrammarMatcher>(std::move(grammar));
-        queue_.push_back(Queued{std::move(job), 0});
+        Request& r = requests_[job.request];
+        r.busy = true;
+        if (grammar) r.grammar = std::make_unique<GrammarMatcher>(std::move(grammar));
+        int32_t cached = 0;
+        if (cache_ && job.cache_prompt) {
+            // (Never the last prompt token: its row gives the first token.)
+            const std::vector<int32_t> blocks = cache_->match(job.tokens);
+            kv_.adopt_blocks(r.seq, blocks);
+            cached = kv_.length(r.seq);
+        }
+        queue_.push_back(Queued{std::move(job), cached, cached});
         return;
     }
     auto it = requests_.find(job.request);
@@ -103,7 +118,7 @@ void BatchVerifier::submit(VerifyJob job) {
     if (static_cast<int32_t>(r.history.size()) - 1 + static_cast<int32_t>(n) > n_ctx)
         return rejected_.push_back(fail(job, "verifier: the verification does not fit the context of " + std::to_string(n_ctx)));
     r.busy = true;
-    queue_.push_back(Queued{std::move(job), 0});
+    queue_.push_back(Queued{std::move(job), 0, 0});
 }
 
 const TokenTrie& BatchVerifier::trie() {
@@ -208,7 +223,7 @@ void BatchVerifier::step(std::vector<VerifyOutcome>& out) {
                 n_rows = 1;
             }
             if (n <= 0 || n > tokens_left || n_rows > rows_left) continue;
-            if (!kv_.reserve(r.seq, kv_.length(r.seq) + n)) {
+            if (!reserve_evicting(kv_, cache_.get(), r.seq, kv_.length(r.seq) + n)) {
                 failed.push_back(i);
                 continue;
             }
@@ -274,6 +289,8 @@ void BatchVerifier::step(std::vector<VerifyOutcome>& out) {
                 q.prefilled += item_len_[it];
                 if (q.prefilled < static_cast<int32_t>(q.job.tokens.size())) continue;
                 r.history.assign(q.job.tokens.begin(), q.job.tokens.end());
+                if (cache_) cache_->insert(r.seq, r.history);
+                o.cached_tokens = q.from_prefix_cache;
                 if (greedy) {
                     const int32_t next = *row_argmax;
                     r.history.push_back(next);

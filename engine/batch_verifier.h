@@ -17,6 +17,7 @@
 
 #include "engine/backend.h"
 #include "engine/grammar.h"
+#include "engine/prefix_cache.h"
 #include "engine/proposer.h"
 #include "engine/sampler.h"
 #include "engine/token_logprobs.h"
@@ -41,6 +42,9 @@ struct VerifyJob {
     std::vector<std::vector<TokenProb>> draft_probs;  // (n_draft) sparse draft distributions
     SamplingParams sampling;
     RngState rng;
+    // prefill: look the prompt up in the prefix cache (when enabled); false
+    // computes every position (llama-server's cache_prompt: false).
+    bool cache_prompt = true;
 };
 
 struct VerifyOutcome {
@@ -51,6 +55,7 @@ struct VerifyOutcome {
     bool kv_full = false;         // when !ok: the KV pool had no room
     int32_t n_accepted = 0;       // drafted tokens accepted
     int32_t next = -1;            // the target's token after them (recovered or bonus); the new pending token
+    int32_t cached_tokens = 0;    // prefill: prompt tokens whose keys and values came from the prefix cache
     RngState rng;                 // the request's random state after this job
     TokenLogprobs logprobs;       // (n_accepted + 1) when sampling.logprobs >= 0: the accepted tokens', then next's; else empty
     int32_t batch_requests = 0;   // requests in the step that ran this job
@@ -108,6 +113,16 @@ public:
     // finished (a prefill finishes with its last chunk).
     void step(std::vector<VerifyOutcome>& out);
 
+    // Prefix caching (engine/prefix_cache.h): a prompt starting with the
+    // tokens of an earlier prompt or output adopts their KV blocks and
+    // prefills only the rest. A request's prompt blocks are recorded when
+    // its prefill ends (so requests running beside it share them), the rest
+    // of its sequence when it closes; the cache gives blocks back, least
+    // recently used first, when a step finds the pool full. Off until
+    // called; `hasher`: default_block_hash unless a test forces collisions.
+    void enable_prefix_cache(BlockHasher hasher = default_block_hash);
+    const PrefixCache* prefix_cache() const { return cache_.get(); }
+
     const PagedKvCache& kv() const { return kv_; }
     const LlamaModel& model() const { return fwd_.model(); }
     // Steps of one request report their rows and time here (null: none).
@@ -136,6 +151,7 @@ private:
     struct Queued {
         VerifyJob job;
         int32_t prefilled = 0;         // prompt tokens already in the cache
+        int32_t from_prefix_cache = 0; // prompt tokens adopted from the prefix cache
     };
     StepCostProbe* probe_ = nullptr;
     VerifyOutcome fail(const VerifyJob& job, std::string why, bool kv_full = false) const;
@@ -166,6 +182,7 @@ private:
     std::vector<int32_t> argmax_;      // (rows of the step) argmax per logit row when the step ran forward_greedy
     int64_t greedy_steps_ = 0;
     std::unique_ptr<TokenTrie> trie_;  // (constrained requests) the target's pieces
+    std::unique_ptr<PrefixCache> cache_;  // null: prefix caching off
     std::vector<float> masked_;        // (n_draft + 1, n_vocab) a constrained job's rows after the grammar's mask
     std::vector<uint8_t> allowed_;     // (n_vocab) scratch of the mask
 };

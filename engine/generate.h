@@ -19,6 +19,7 @@ struct GenerationParams {
     SamplingParams sampling;     // llama.cpp's defaults (temperature 0.8, top-k 40, top-p 0.95, min-p 0.05)
     bool stop_at_eos = true;
     std::vector<std::string> stop;  // stop sequences (SessionCore: engine/stop_matcher.h); empty: none
+    bool cache_prompt = true;    // the batched runtime: reuse cached KV blocks the prompt starts with (engine/prefix_cache.h)
 };
 
 enum class StopReason { Eos, Length, ContextFull, Cancelled, StopSequence };

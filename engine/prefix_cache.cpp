@@ -141,6 +141,7 @@ int32_t PrefixCache::evict(int32_t n_blocks) {
         const int32_t parent = nodes_[static_cast<size_t>(node)].parent;
         drop(node);
         ++evicted;
+        ++evicted_blocks_;
         if (parent >= 0 && evictable_leaf(parent)) leaves.emplace(nodes_[static_cast<size_t>(parent)].last_used, parent);
     }
     return evicted;
@@ -153,6 +154,13 @@ void PrefixCache::clear() {
     nodes_.clear();
     free_nodes_.clear();
     index_.clear();
+}
+
+bool reserve_evicting(PagedKvCache& kv, PrefixCache* cache, int32_t seq, int32_t n_positions) {
+    if (kv.reserve(seq, n_positions)) return true;
+    if (!cache) return false;
+    const int32_t missing = kv.blocks_for(n_positions) - static_cast<int32_t>(kv.block_table(seq).size()) - kv.free_blocks();
+    return cache->evict(missing) > 0 && kv.reserve(seq, n_positions);
 }
 
 }  // namespace specd

@@ -65,6 +65,8 @@ public:
     // Blocks match() has found since construction, and the lookups.
     int64_t hit_blocks() const { return hit_blocks_; }
     int64_t lookups() const { return lookups_; }
+    // Blocks evict() has given back since construction.
+    int64_t evicted_blocks() const { return evicted_blocks_; }
 
 private:
     struct Node {
@@ -86,7 +88,11 @@ private:
     std::vector<int32_t> free_nodes_;
     std::unordered_multimap<uint64_t, int32_t> index_; // block hash -> node
     uint64_t clock_ = 0;
-    int64_t hit_blocks_ = 0, lookups_ = 0;
+    int64_t hit_blocks_ = 0, lookups_ = 0, evicted_blocks_ = 0;
 };
+
+// PagedKvCache::reserve, after letting `cache` (null: none) give back the
+// least recently used blocks it alone holds when the pool is short.
+bool reserve_evicting(PagedKvCache& kv, PrefixCache* cache, int32_t seq, int32_t n_positions);
 
 }  // namespace specd

@@ -60,6 +60,7 @@ VerifyJob SessionCore::prefill_job(uint64_t request, uint64_t tag) const {
     job.tokens = prompt_;
     job.sampling = params_.sampling;
     job.rng = rng_;
+    job.cache_prompt = params_.cache_prompt;
     return job;
 }
 
@@ -110,6 +111,7 @@ void SessionCore::on_prefill(const VerifyOutcome& o) {
     if (!o.ok) throw Error(o.error);
     rng_ = o.rng;
     last_load_ = std::max({1, o.batch_requests, o.open_requests});
+    n_cached_prompt_ = o.cached_tokens;
     history_.push_back(o.next);
     emit(o.next, false, &o.logprobs, 0);
     if (!finished_ && static_cast<int32_t>(history_.size()) > n_ctx_) stop(StopReason::ContextFull);

@@ -114,6 +114,8 @@ public:
     const GenerationParams& params() const { return params_; }
     bool speculative() const { return spec_.draft_max > 0; }
     int32_t n_prompt() const { return n_prompt_; }
+    // Prompt tokens the verifier took from its prefix cache instead of computing.
+    int32_t n_cached_prompt() const { return n_cached_prompt_; }
     // Positions this request can occupy at most (prompt + output + a draft), for KV admission.
     int32_t max_positions() const;
 
@@ -124,6 +126,7 @@ private:
     const Tokenizer& tokenizer_;
     std::vector<int32_t> prompt_;
     int32_t n_prompt_;
+    int32_t n_cached_prompt_ = 0;
     GenerationParams params_;
     SpeculativeParams spec_;
     int32_t n_ctx_;

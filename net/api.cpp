@@ -334,6 +334,13 @@ ParsedRequest parse_generation(const json& body, ApiKind kind, const RequestLimi
         r.sampling.penalty_window = PenaltyWindow::LastN;
     }
     if (const json* v = given(body, "logit_bias")) r.sampling.logit_bias = logit_bias(*v, limits.n_vocab);
+    // llama-server's switch, read on every endpoint: false prefills the whole
+    // prompt even where the prefix cache holds its start (the output is the
+    // same either way; only the time to the first token differs).
+    if (const json* v = given(body, "cache_prompt")) {
+        if (!v->is_boolean()) bad("cache_prompt", "cache_prompt must be true or false, got " + shown(*v));
+        r.cache_prompt = v->get<bool>();
+    }
     r.sampling.grammar = constraint_grammar(body, raw_body);
     // seed: the text then depends on (seed, prompt, parameters) only, with
     // speculation on or off, at any draft length, alone or batched: each
@@ -420,8 +427,11 @@ std::string openai_finish_reason(const std::string& ours) {
 }
 
 json usage_json(const done_event& d) {
+    // prompt_tokens_details.cached_tokens: OpenAI's count of prompt tokens
+    // served from its prompt cache; here the prefix cache's.
     return {{"prompt_tokens", d.prompt_tokens}, {"completion_tokens", d.completion_tokens},
-            {"total_tokens", d.prompt_tokens + d.completion_tokens}};
+            {"total_tokens", d.prompt_tokens + d.completion_tokens},
+            {"prompt_tokens_details", {{"cached_tokens", d.cached_prompt_tokens}}}};
 }
 
 json timings_json(const done_event& d) {

@@ -129,7 +129,6 @@ ParsedRequest parse_llama_completion(const json& body_in, const RequestLimits& l
              "a fixed slot (specd schedules every request itself; use -1)");
     refuse_unless_off(body, "n_cache_reuse", [](const json& v) { return equals_number(v, 0.0); }, "KV shifting");
     refuse_unless_off(body, "min_keep", [](const json& v) { return equals_number(v, 0.0); }, "min_keep");
-    if (const json* v = present(body, "cache_prompt"); v && !v->is_boolean()) refuse_param("cache_prompt", "cache_prompt must be true or false");
     if (const json* v = present(body, "samplers")) apply_samplers(*v, body);
     // The OpenAI names for what llama-server spells its own way are not
     // this endpoint's: refuse them rather than read them silently.
@@ -172,10 +171,14 @@ json llama_completion_response(const LlamaCompletionShape& shape, const std::str
     const double prompt_ms = d.ttft_ms, predicted_ms = std::max(0.0, d.total_ms - d.ttft_ms);
     const auto per = [](double ms, int32_t n) { return n > 0 ? ms / n : 0.0; };
     const auto rate = [](double ms, int32_t n) { return ms > 0 ? 1000.0 * n / ms : 0.0; };
-    const json timings{{"prompt_n", d.prompt_tokens},
+    // As llama-server's: prompt_n counts the prompt tokens computed,
+    // cache_n those taken from the prefix cache.
+    const int32_t computed = d.prompt_tokens - d.cached_prompt_tokens;
+    const json timings{{"cache_n", d.cached_prompt_tokens},
+                       {"prompt_n", computed},
                        {"prompt_ms", prompt_ms},
-                       {"prompt_per_token_ms", per(prompt_ms, d.prompt_tokens)},
-                       {"prompt_per_second", rate(prompt_ms, d.prompt_tokens)},
+                       {"prompt_per_token_ms", per(prompt_ms, computed)},
+                       {"prompt_per_second", rate(prompt_ms, computed)},
                        {"predicted_n", d.completion_tokens},
                        {"predicted_ms", predicted_ms},
                        {"predicted_per_token_ms", per(predicted_ms, d.completion_tokens)},
@@ -194,7 +197,7 @@ json llama_completion_response(const LlamaCompletionShape& shape, const std::str
             {"truncated", d.finish_reason == "context"},
             {"stop_type", llama_stop_type(d)},
             {"stopping_word", d.stop_word},
-            {"tokens_cached", 0},
+            {"tokens_cached", d.cached_prompt_tokens},
             {"timings", timings},
             {"speculative", speculative_json(d)}};
 }

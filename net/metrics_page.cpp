@@ -29,6 +29,7 @@ MetricsPage::MetricsPage(Runtime& runtime, ServerGauges server) : runtime_(runti
     generations_cancelled_ = &r.counter("specd_generations_cancelled_total", "Generations cancelled by the client or a disconnect.");
     generation_errors_ = &r.counter("specd_generation_errors_total", "Generations that ended with an error.");
     prompt_tokens_ = &r.counter("specd_prompt_tokens_total", "Prompt tokens processed.");
+    prompt_tokens_cached_ = &r.counter("specd_prompt_tokens_cached_total", "Prompt tokens whose keys and values came from the prefix cache.");
     completion_tokens_ = &r.counter("specd_completion_tokens_total", "Tokens generated.");
     drafted_ = &r.counter("specd_spec_drafted_tokens_total", "Drafted tokens verified by the target.");
     accepted_ = &r.counter("specd_spec_accepted_tokens_total", "Drafted tokens the target accepted.");
@@ -142,6 +143,7 @@ void MetricsPage::record_done(const done_event& d) {
     generations_->inc();
     if (d.finish_reason == "cancelled") generations_cancelled_->inc();
     prompt_tokens_->inc(static_cast<double>(d.prompt_tokens));
+    prompt_tokens_cached_->inc(static_cast<double>(d.cached_prompt_tokens));
     drafted_->inc(static_cast<double>(d.drafted));
     accepted_->inc(static_cast<double>(d.accepted));
     std::lock_guard<std::mutex> lock(position_mu_);

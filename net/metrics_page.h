@@ -70,7 +70,7 @@ private:
     MetricsRegistry registry_;
     std::atomic<uint64_t> http_requests_{0}, ws_connections_{0};
     // The registry's metrics (registered in the constructor, in the page's order).
-    Counter *generations_, *generations_cancelled_, *generation_errors_, *prompt_tokens_, *completion_tokens_;
+    Counter *generations_, *generations_cancelled_, *generation_errors_, *prompt_tokens_, *prompt_tokens_cached_, *completion_tokens_;
     Counter *drafted_, *accepted_, *low_acceptance_windows_;
     Histogram *ttft_, *itl_;
     std::mutex position_mu_;

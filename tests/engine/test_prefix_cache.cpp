@@ -4,10 +4,15 @@
 #include <cmath>
 #include <vector>
 
+#include "engine/batch_drafter.h"
+#include "engine/batch_verifier.h"
 #include "engine/error.h"
 #include "engine/forward.h"
+#include "engine/generate.h"
 #include "engine/prefix_cache.h"
+#include "engine/session_core.h"
 #include "support/models.h"
+#include "support/session_driver.h"
 
 using namespace specd;
 using namespace specd::test;
@@ -200,4 +205,138 @@ TEST_CASE("prefix cache: a prompt continued on adopted blocks gives the logits o
     kv.free_sequence(whole);
     cache.clear();
     CHECK(kv.used_blocks() == 0);
+}
+
+namespace {
+
+// One batched run of `prompts` (each a session of the runtime's path), all
+// starting together; returns each one's SessionCore.
+std::vector<std::unique_ptr<SessionCore>> run_batched(const Tokenizer& tok, const std::vector<std::vector<int32_t>>& prompts,
+                                                      int32_t max_tokens, BatchVerifier& verifier, BatchDrafter* drafter,
+                                                      int32_t n_ctx, bool cache_prompt = true) {
+    std::vector<Driven> sessions;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+        GenerationParams gp;
+        gp.max_tokens = max_tokens;
+        gp.sampling.temperature = 0.0f;
+        gp.cache_prompt = cache_prompt;
+        SpeculativeParams sp;
+        sp.draft_max = 4 + static_cast<int32_t>(i % 3);
+        sp.adaptive = false;
+        Driven d;
+        d.core = std::make_unique<SessionCore>(tok, prompts[i], gp, sp, drafter != nullptr, n_ctx);
+        d.start_round = static_cast<int>(i);  // a later session may meet blocks an earlier one's prefill recorded
+        sessions.push_back(std::move(d));
+    }
+    drive(sessions, verifier, drafter);
+    std::vector<std::unique_ptr<SessionCore>> out;
+    for (Driven& d : sessions) out.push_back(std::move(d.core));
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE("prefix cache in the batched runtime: each turn of a five-turn chat prefills only what follows the cached blocks and "
+          "its greedy output equals plain decoding (target and draft caches; real and colliding hashes; cache_prompt false)",
+          "[prefix][batch][greedy]") {
+    auto target = load("stories15M-f32.gguf");
+    auto draft = load("stories15M-q8_0.gguf");
+    ThreadPool pool(2);
+    ForwardPass fwd(*target, pool), dfwd(*draft, pool);
+    const int32_t n_ctx = 512;
+    PagedKvCache kv(fwd.kv_shape(n_ctx, 4)), dkv(dfwd.kv_shape(n_ctx, 4));
+    PagedKvCache single_kv(fwd.kv_shape(n_ctx, 1));
+    PlainDecoder plain(fwd, single_kv);
+    const Tokenizer& tok = target->tokenizer();
+    const int32_t bs = kv.shape().block_size;
+    const std::vector<std::string> user_turns = {"Once upon a time, there was a little girl named Lily.", " She went to the park.",
+                                                 " Then it started to rain.", " Her mom called her home.", " The next day"};
+
+    for (int variant = 0; variant < 3; ++variant) {  // 0: real hashes, 1: every block hashing alike, 2: cache_prompt false
+        INFO("variant " << variant);
+        {
+            BatchVerifier verifier(fwd, kv);
+            BatchDrafter drafter(&dfwd, &dkv);
+            verifier.enable_prefix_cache(variant == 1 ? colliding_hash : default_block_hash);
+            drafter.enable_prefix_cache(variant == 1 ? colliding_hash : default_block_hash);
+            // Two conversations side by side, each turn = the last prompt + its reply + new text.
+            std::vector<std::vector<int32_t>> prompts(2);
+            std::vector<size_t> previous(2, 0);  // the last turn's prompt + reply length
+            for (size_t turn = 0; turn < user_turns.size(); ++turn) {
+                for (size_t c = 0; c < 2; ++c) {
+                    const auto more = tok.encode((c == 1 ? std::string(" A dog barked.") : std::string()) + user_turns[turn], turn == 0);
+                    if (turn == 0) prompts[c].clear();
+                    prompts[c].insert(prompts[c].end(), more.begin(), more.end());
+                }
+                const auto cores = run_batched(tok, prompts, 20, verifier, &drafter, n_ctx, variant != 2);
+                for (size_t c = 0; c < 2; ++c) {
+                    INFO("turn " << turn + 1 << " conversation " << c);
+                    GenerationParams gp;
+                    gp.max_tokens = 20;
+                    gp.sampling.temperature = 0.0f;
+                    const GenerationResult ref = plain.generate(prompts[c], gp);
+                    CHECK(cores[c]->output() == ref.tokens);
+                    const int32_t cached = cores[c]->n_cached_prompt();
+                    CHECK(cached % bs == 0);
+                    CHECK(cached < static_cast<int32_t>(prompts[c].size()));
+                    if (variant == 2 || turn == 0) {
+                        CHECK(cached == 0);
+                    } else {
+                        // Every full block of the last prompt and reply, less the
+                        // reply's last token (sampled, never fed).
+                        CHECK(cached >= static_cast<int32_t>((previous[c] - 1) / static_cast<size_t>(bs)) * bs);
+                    }
+                    std::vector<int32_t> reply = cores[c]->output();
+                    if (!reply.empty() && reply.back() == tok.eos_id()) reply.pop_back();
+                    prompts[c].insert(prompts[c].end(), reply.begin(), reply.end());
+                    previous[c] = prompts[c].size();
+                }
+            }
+            REQUIRE(verifier.prefix_cache() != nullptr);
+            if (variant != 2) {
+                CHECK(verifier.prefix_cache()->hit_blocks() > 0);
+                CHECK(drafter.prefix_cache()->hit_blocks() > 0);
+            }
+            // Every sequence closed: only the caches hold blocks.
+            CHECK(kv.active_sequences() == 0);
+            CHECK(kv.used_blocks() == verifier.prefix_cache()->cached_blocks());
+            CHECK(dkv.used_blocks() == drafter.prefix_cache()->cached_blocks());
+        }
+        CHECK(kv.used_blocks() == 0);  // the caches let go with their verifier and drafter
+        CHECK(dkv.used_blocks() == 0);
+    }
+}
+
+TEST_CASE("prefix cache in the batched runtime: under KV pressure it evicts least recently used blocks and outputs stay exact",
+          "[prefix][batch][greedy]") {
+    auto target = load("stories15M-f32.gguf");
+    ThreadPool pool(2);
+    ForwardPass fwd(*target, pool);
+    const int32_t n_ctx = 128;
+    PagedKvCache kv(fwd.kv_shape(n_ctx, 2));  // 16 blocks: two sequences' worth, far less than the runs below leave behind
+    PagedKvCache single_kv(fwd.kv_shape(n_ctx, 1));
+    PlainDecoder plain(fwd, single_kv);
+    const Tokenizer& tok = target->tokenizer();
+    BatchVerifier verifier(fwd, kv);
+    verifier.enable_prefix_cache();
+    const std::vector<std::string> texts = {"The cat sat on the mat and looked at the bird in the tree.",
+                                            "Tom had a red ball. He threw it high into the blue sky.",
+                                            "One day, a little girl named Sue found a shiny rock near the river.",
+                                            "Max the dog liked to run in the big green field with his friends."};
+    for (int round = 0; round < 6; ++round) {
+        // Two at a time, each a new text or one seen rounds ago.
+        std::vector<std::vector<int32_t>> prompts;
+        for (int j = 0; j < 2; ++j) prompts.push_back(tok.encode(texts[static_cast<size_t>((round + j * 3) % 4)], true));
+        const auto cores = run_batched(tok, prompts, 40, verifier, nullptr, n_ctx);
+        for (size_t c = 0; c < prompts.size(); ++c) {
+            GenerationParams gp;
+            gp.max_tokens = 40;
+            gp.sampling.temperature = 0.0f;
+            CHECK(cores[c]->output() == plain.generate(prompts[c], gp).tokens);
+        }
+        CHECK(kv.used_blocks() == verifier.prefix_cache()->cached_blocks());
+        CHECK(kv.used_blocks() <= kv.shape().n_blocks);
+    }
+    CHECK(verifier.prefix_cache()->evicted_blocks() > 0);
+    CHECK(verifier.prefix_cache()->hit_blocks() > 0);
 }
