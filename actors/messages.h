@@ -145,6 +145,7 @@ struct draft_msg {
     float p_min = 0.0f;
     SamplingParams sampling;
     std::vector<uint64_t> rng;            // (4)
+    bool cache_prompt = true;             // a new request's context may adopt the draft's prefix cache blocks
 };
 
 struct draft_result {
@@ -238,7 +239,7 @@ typename Inspector::result_type inspect(Inspector& f, verify_result& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, draft_msg& x) {
-    return f(caf::meta::type_name("specd::draft_msg"), x.request, x.keep, x.tail, x.k, x.p_min, x.sampling, x.rng);
+    return f(caf::meta::type_name("specd::draft_msg"), x.request, x.keep, x.tail, x.k, x.p_min, x.sampling, x.rng, x.cache_prompt);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, draft_result& x) {

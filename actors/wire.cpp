@@ -177,6 +177,7 @@ draft_msg draft_msg_from_job(const DraftJob& job, ContextUpdate update, int32_t 
     m.p_min = job.p_min;
     m.sampling = job.sampling;
     m.rng = rng_to_wire(rng);
+    m.cache_prompt = job.cache_prompt;
     return m;
 }
 
@@ -188,6 +189,7 @@ DraftJob draft_job_from_msg(const draft_msg& m, const std::vector<int32_t>& cont
     job.p_min = m.p_min;
     job.sampling = m.sampling;
     job.rng = rng_from_wire(m.rng);
+    job.cache_prompt = m.cache_prompt;
     return job;
 }
 

@@ -110,7 +110,7 @@ void BatchDrafter::model_draft(std::span<const DraftJob> jobs, std::vector<Draft
             } catch (const Error&) {
                 continue;  // no sequence slot: this request goes without a draft this step
             }
-            if (cache_) {
+            if (cache_ && job.cache_prompt) {
                 // Keyed by the context's own ids, as `cached` holds them.
                 kv_->adopt_blocks(r.seq, cache_->match(job.context));
                 r.cached.assign(job.context.begin(), job.context.begin() + kv_->length(r.seq));

@@ -27,6 +27,7 @@ struct DraftJob {
     float p_min = 0.0f;                // stop a request's draft when the top probability falls below this
     SamplingParams sampling;           // the request's (a draft model samples with it; greedy stays greedy)
     RngState rng;
+    bool cache_prompt = true;          // a new request's context may adopt the prefix cache's blocks (when enabled)
 };
 
 struct DraftOutcome {

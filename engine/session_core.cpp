@@ -151,6 +151,7 @@ DraftJob SessionCore::draft_job(uint64_t request, uint64_t tag, int32_t k) const
     job.p_min = spec_.draft_p_min;
     job.sampling = params_.sampling;
     job.rng = rng_;
+    job.cache_prompt = params_.cache_prompt;
     return job;
 }
 

@@ -22,6 +22,7 @@ void RequestLog::done(const done_event& d, const char* transport, const std::str
                    {"transport", transport},
                    {"finish_reason", d.finish_reason},
                    {"prompt_tokens", d.prompt_tokens},
+                   {"cached_prompt_tokens", d.cached_prompt_tokens},
                    {"completion_tokens", d.completion_tokens},
                    {"speculative", d.speculative},
                    {"drafted", d.drafted},

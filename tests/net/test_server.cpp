@@ -367,3 +367,46 @@ TEST_CASE("llama-server's POST /completion over a real socket: its shapes, the s
     CHECK(json::parse(typical.body)["error"]["param"] == "typical_p");
     CHECK(call(port, http::verb::get, "/completion").status == 405);
 }
+
+TEST_CASE("prefix cache over a real socket: a chat's next turn reports its cached prompt tokens and answers as with cache_prompt false",
+          "[net][prefix]") {
+    REQUIRE(test::model_exists("stories15M-f32.gguf"));
+    StandaloneRuntime host(config());
+    net::ServerOptions opt;
+    opt.port = 0;
+    net::Server server(host.runtime(), opt);
+    const uint16_t port = server.start();
+
+    json messages = json::array({{{"role", "user"}, {"content", "Once upon a time, there was a little girl named Lily. She loved to play outside in the sun."}}});
+    const auto chat = [&](bool cache_prompt) {
+        const Reply r = call(port, http::verb::post, "/v1/chat/completions",
+                             json{{"messages", messages}, {"max_tokens", 24}, {"temperature", 0}, {"cache_prompt", cache_prompt}}.dump());
+        REQUIRE(r.status == 200);
+        return json::parse(r.body);
+    };
+    const json first = chat(true);
+    CHECK(first["usage"]["prompt_tokens_details"]["cached_tokens"] == 0);
+    messages.push_back({{"role", "assistant"}, {"content", first["choices"][0]["message"]["content"]}});
+    messages.push_back({{"role", "user"}, {"content", "One day she found a ball."}});
+    const json second = chat(true);
+    const int cached = second["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>();
+    // stories15M has no chat template: each turn's prompt is the last one,
+    // its reply and the new text, so all but the last partial block is cached.
+    CHECK(cached >= first["usage"]["prompt_tokens"].get<int>() - 16);
+    CHECK(cached % 16 == 0);
+    CHECK(cached < second["usage"]["prompt_tokens"].get<int>());
+    const json uncached = chat(false);
+    CHECK(uncached["usage"]["prompt_tokens_details"]["cached_tokens"] == 0);
+    CHECK(uncached["choices"][0]["message"]["content"] == second["choices"][0]["message"]["content"]);
+
+    // llama-server's counters on /completion; a non-boolean is a 400 naming it.
+    const Reply again = call(port, http::verb::post, "/completion", R"({"prompt":"Once upon a time, there was a little girl named Lily. She loved to play","n_predict":4,"temperature":0})");
+    REQUIRE(again.status == 200);
+    const json a = json::parse(again.body);
+    CHECK(a["timings"]["cache_n"].get<int>() > 0);
+    CHECK(a["tokens_cached"] == a["timings"]["cache_n"]);
+    CHECK(a["timings"]["prompt_n"].get<int>() + a["timings"]["cache_n"].get<int>() == a["tokens_evaluated"].get<int>());
+    const Reply bad = call(port, http::verb::post, "/v1/completions", R"({"prompt":"x","cache_prompt":"yes"})");
+    CHECK(bad.status == 400);
+    CHECK(bad.body.find("cache_prompt") != std::string::npos);
+}

@@ -19,6 +19,7 @@ void register_serve_command(CLI::App& app);      // serve (cmd_serve.cpp)
 void register_ops_commands(CLI::App& app);       // config, verify (cmd_ops.cpp)
 void register_node_command(CLI::App& app);       // node (cmd_node.cpp)
 void register_bench_wire_command(CLI::App& app); // bench-wire (cmd_bench_wire.cpp)
+void register_bench_chat_command(CLI::App& app); // bench-chat (cmd_bench_chat.cpp)
 // `specd bench --concurrency`: the in-process runtime under load (cmd_serve.cpp).
 // `specd bench --url`: load over the network front end (cmd_bench_net.cpp).
 void run_bench_net(const std::string& url, const std::string& target, const std::string& draft, const std::vector<int>& levels, int n,

@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
     specd::cli::register_ops_commands(app);
     specd::cli::register_node_command(app);
     specd::cli::register_bench_wire_command(app);
+    specd::cli::register_bench_chat_command(app);
     specd::cli::rewrite_llama_style_flags(argc, argv);
     try {
         app.parse(argc, argv);
