@@ -9,7 +9,7 @@ namespace specd {
 namespace {
 
 constexpr std::string_view kOpen = "<tool_call>";
-constexpr std::string_view kClose = "</tool_call>";
+constexpr std::string_view kClose = kToolCallClose;
 // A block longer than this is not a call a client can use: released as text.
 constexpr size_t kMaxBlockBytes = 256 * 1024;
 

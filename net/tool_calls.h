@@ -14,6 +14,9 @@
 
 namespace specd {
 
+// The tag that closes a call block.
+inline constexpr std::string_view kToolCallClose = "</tool_call>";
+
 struct ToolCallOut {
     std::string id;         // "call_" + a per-reply counter, unique in the reply
     std::string name;
