@@ -17,7 +17,9 @@ bool is_space(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; 
 
 // The call in a block's JSON, or false. Qwen writes {"name", "arguments":
 // {...}}; Llama 3.1's JSON calls say "parameters"; a string of JSON is
-// accepted too (some fine-tunes quote it).
+// accepted too (some fine-tunes quote it). The arguments keep the model's
+// key order (as OpenAI returns them): checked with the depth-limited
+// parser, written from an order-keeping parse of the same text.
 bool read_call(std::string_view json_text, ToolCallOut& call) {
     nlohmann::json j;
     try {
@@ -26,20 +28,23 @@ bool read_call(std::string_view json_text, ToolCallOut& call) {
         return false;
     }
     if (!j.is_object() || !j.contains("name") || !j["name"].is_string()) return false;
-    const nlohmann::json* args = j.contains("arguments") ? &j["arguments"] : j.contains("parameters") ? &j["parameters"] : nullptr;
-    nlohmann::json object = nlohmann::json::object();
-    if (args && args->is_string()) {
+    const char* key = j.contains("arguments") ? "arguments" : j.contains("parameters") ? "parameters" : nullptr;
+    std::string args = "{}";
+    if (key && j[key].is_string()) {
+        args = j[key].get<std::string>();
         try {
-            object = parse_json_text(args->get<std::string>());
+            if (!parse_json_text(args).is_object()) return false;
         } catch (const JsonTextError&) {
             return false;
         }
-    } else if (args) {
-        object = *args;
+    } else if (key) {
+        if (!j[key].is_object()) return false;
+        args = nlohmann::ordered_json::parse(json_text)[key].dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
     }
-    if (!object.is_object()) return false;
+    if (key && j[key].is_string())
+        args = nlohmann::ordered_json::parse(args).dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
     call.name = j["name"].get<std::string>();
-    call.arguments = dump_json(object);
+    call.arguments = std::move(args);
     return true;
 }
 

@@ -69,3 +69,14 @@ TEST_CASE("tool calls: malformed or unfinished blocks stay text, as llama.cpp re
     CHECK(calls[0].arguments == R"({"x":1})");
     CHECK(calls[1].arguments == R"({"y":2})");
 }
+
+TEST_CASE("tool calls: arguments keep the model's key order, as OpenAI returns them", "[net][tools]") {
+    std::string content;
+    std::vector<ToolCallOut> calls;
+    parse_tool_calls("<tool_call>\n{\"name\": \"f\", \"arguments\": {\"z\": 1, \"a\": {\"y\": [2], \"b\": null}}}\n</tool_call>"
+                     "<tool_call>{\"name\": \"g\", \"arguments\": \"{\\\"z\\\": 1, \\\"a\\\": 2}\"}</tool_call>",
+                     content, calls);
+    REQUIRE(calls.size() == 2);
+    CHECK(calls[0].arguments == R"({"z":1,"a":{"y":[2],"b":null}})");
+    CHECK(calls[1].arguments == R"({"z":1,"a":2})");
+}
