@@ -116,7 +116,7 @@ void check_weather_arguments(const std::string& arguments) {
 }  // namespace
 
 TEST_CASE("tool_choice required and named over a real socket: parseable calls matching the schema, streamed alike, greedy "
-          "identical with speculation on and off; the call and its result go into the next turn", "[net][tools][greedy]") {
+          "identical with speculation on and off, the call and its result go into the next turn", "[net][tools][greedy]") {
     const std::string vocab_path = test::llama_cpp_vocab_path("qwen2");
     const std::string template_path = std::filesystem::path(vocab_path).parent_path().string() + "/templates/Qwen-Qwen2.5-7B-Instruct.jinja";
     if (!std::filesystem::exists(vocab_path) || !std::filesystem::exists(template_path)) {

@@ -72,7 +72,7 @@ bool grammar_matches(const std::string& gbnf, const std::string& text) {
 
 }  // namespace
 
-TEST_CASE("tools: offered in the prompt in the client's key order; auto leaves the reply free and parses its calls", "[net][api][tools]") {
+TEST_CASE("tools: offered in the prompt in the client's key order, auto leaves the reply free and parses its calls", "[net][api][tools]") {
     const ParsedRequest r = chat_with(R"("tools":)" + kTools);
     CHECK(r.tool_calls);
     CHECK_FALSE(r.tool_call_stop);
@@ -85,7 +85,7 @@ TEST_CASE("tools: offered in the prompt in the client's key order; auto leaves t
     CHECK(chat_with(R"("tools":)" + kTools + R"(,"tool_choice":"auto","parallel_tool_calls":true)").request.prompt == r.request.prompt);
 }
 
-TEST_CASE("tools: tool_choice required and a named function become a grammar of calls; parallel_tool_calls false allows one",
+TEST_CASE("tools: tool_choice required and a named function become a grammar of calls, parallel_tool_calls false allows one",
           "[net][api][tools]") {
     const std::string weather = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
     const std::string time = "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>";
@@ -112,7 +112,7 @@ TEST_CASE("tools: tool_choice required and a named function become a grammar of 
     CHECK(auto_one.request.sampling.grammar.empty());
 }
 
-TEST_CASE("tools: tool_choice none renders the tools but reads no calls; on a template without a tool format they are left out",
+TEST_CASE("tools: tool_choice none renders the tools but reads no calls, on a template without a tool format they are left out",
           "[net][api][tools]") {
     const ParsedRequest none = chat_with(R"("tools":)" + kTools + R"(,"tool_choice":"none")");
     CHECK_FALSE(none.tool_calls);
@@ -280,7 +280,7 @@ std::vector<json> sse_chunks(const std::string& bytes) {
 }
 }  // namespace
 
-TEST_CASE("tools: streamed, content goes out as deltas and each call as one delta.tool_calls entry with its index; the last chunk "
+TEST_CASE("tools: streamed, content goes out as deltas and each call as one delta.tool_calls entry with its index, the last chunk "
           "says tool_calls", "[net][api][tools]") {
     const std::string reply = "Checking.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n"
                               "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>";
