@@ -38,8 +38,10 @@ void add_rules(const std::string& rules, std::set<std::string>& defined, std::st
 
 }  // namespace
 
-std::string tool_call_grammar(std::span<const ToolSchema> tools, bool parallel) {
+std::string tool_call_grammar(std::span<const ToolSchema> tools, bool parallel, ChatTemplate::ToolFormat format) {
     if (tools.empty()) throw Error("tool_call_grammar: no tools to call");
+    if (format == ChatTemplate::ToolFormat::None) throw Error("tool_call_grammar: the chat template has no tool format");
+    const bool llama = format == ChatTemplate::ToolFormat::Llama3Json;
     std::string calls;  // the alternatives of tool-call's name part
     std::string rules;
     std::set<std::string> defined;
@@ -58,13 +60,14 @@ std::string tool_call_grammar(std::span<const ToolSchema> tools, bool parallel) 
         }
         // The name is plain ASCII without quotes or backslashes: a GBNF
         // literal as it stands.
-        rules += prefix + "-call ::= \"\\\"" + t.name + "\\\", \\\"arguments\\\": \" " + prefix + "\n";
+        rules += prefix + "-call ::= \"\\\"" + t.name + "\\\", \\\"" + (llama ? "parameters" : "arguments") + "\\\": \" " + prefix + "\n";
         defined.insert(prefix + "-call");
         add_rules(args, defined, rules);
         calls += (i ? " | " : "") + prefix + "-call";
     }
-    std::string gbnf = std::string("root ::= [ \\t\\n]{0,2} tool-call") + (parallel ? " (\"\\n\" tool-call)*" : "") + "\n";
-    gbnf += "tool-call ::= \"<tool_call>\\n{\\\"name\\\": \" ( " + calls + " ) \"}\\n</tool_call>\"\n";
+    std::string gbnf = std::string("root ::= [ \\t\\n]{0,2} tool-call") + (parallel && !llama ? " (\"\\n\" tool-call)*" : "") + "\n";
+    gbnf += llama ? "tool-call ::= \"{\\\"name\\\": \" ( " + calls + " ) \"}\"\n"
+                  : "tool-call ::= \"<tool_call>\\n{\\\"name\\\": \" ( " + calls + " ) \"}\\n</tool_call>\"\n";
     gbnf += rules;
     try {
         Grammar::parse(gbnf);  // its size limits, checked when the request comes

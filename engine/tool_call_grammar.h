@@ -10,6 +10,8 @@
 #include <span>
 #include <string>
 
+#include "engine/chat_template.h"
+
 namespace specd {
 
 struct ToolSchema {
@@ -17,14 +19,18 @@ struct ToolSchema {
     std::string parameters_json;  // its parameters' JSON schema as text, an object schema
 };
 
-// GBNF text (root "root") matching up to two whitespace characters, then one
-// block, or with `parallel` one or more separated by "\n", each exactly
+// GBNF text (root "root") matching up to two whitespace characters, then,
+// for `format` QwenHermes, one block, or with `parallel` one or more
+// separated by "\n", each exactly
 //   <tool_call>\n{"name": "NAME", "arguments": ARGS}\n</tool_call>
-// as the template's system prompt shows it, NAME one of `tools`' names and
-// ARGS a value of its schema (bounded whitespace inside, as the schema
-// grammars allow). Throws specd::Error for no tools, a name outside the
-// rule above, or a schema json_schema_to_grammar refuses (its message,
-// naming the function).
-std::string tool_call_grammar(std::span<const ToolSchema> tools, bool parallel);
+// as the template's system prompt shows it; for Llama3Json the one call
+// its template allows per turn (`parallel` has no second form there)
+//   {"name": "NAME", "parameters": ARGS}
+// NAME one of `tools`' names and ARGS a value of its schema (bounded
+// whitespace inside, as the schema grammars allow). Throws specd::Error for
+// no tools, a name outside the rule above, a schema json_schema_to_grammar
+// refuses (its message, naming the function), or format None.
+std::string tool_call_grammar(std::span<const ToolSchema> tools, bool parallel,
+                              ChatTemplate::ToolFormat format = ChatTemplate::ToolFormat::QwenHermes);
 
 }  // namespace specd

@@ -29,8 +29,10 @@ inline const net::RequestLimits& fuzz_limits() {
 
 // As net/routes.cpp's render_chat_messages: ctx is a ChatTemplate; tools
 // and tool turns through its tool format, a 400 naming them without one.
-inline std::string render_with_template(const void* ctx, const std::vector<ChatMessage>& messages, const std::vector<std::string>& tools_json) {
+inline std::string render_with_template(const void* ctx, const std::vector<ChatMessage>& messages, const std::vector<std::string>& tools_json,
+                                        ChatTemplate::ToolFormat& tool_format) {
     const ChatTemplate& t = *static_cast<const ChatTemplate*>(ctx);
+    tool_format = t.tool_format();
     bool tool_turns = false;
     for (const ChatMessage& m : messages) tool_turns = tool_turns || m.role == "tool" || !m.tool_calls.empty();
     if (tools_json.empty() && !tool_turns) return t.render(messages, true);
@@ -41,11 +43,13 @@ inline std::string render_with_template(const void* ctx, const std::vector<ChatM
 
 // The formats a served model may have: plain (stories15M, base models),
 // ChatML (the common instruct format, special tokens written as text) and
-// Qwen2.5's, with its <tool_call> tool format (recognised by these markers).
+// Qwen2.5's, with its <tool_call> tool format, and Llama 3.1's, with its
+// JSON calls (each recognised by these markers).
 inline const std::vector<ChatTemplate>& fuzz_templates() {
     static const std::vector<ChatTemplate> templates = {
         ChatTemplate::plain(), ChatTemplate::by_name("chatml"),
-        ChatTemplate::from_gguf_template("<|im_start|> <tools> <tool_call> You are Qwen, created by Alibaba Cloud.")};
+        ChatTemplate::from_gguf_template("<|im_start|> <tools> <tool_call> You are Qwen, created by Alibaba Cloud."),
+        ChatTemplate::from_gguf_template("<|start_header_id|> <|end_header_id|> Environment: ipython tools_in_user_message \"parameters\": ")};
     return templates;
 }
 

@@ -349,6 +349,7 @@ ParsedRequest parse_generation(const json& body, ApiKind kind, const RequestLimi
         if (r.prompt.empty() && r.prompt_tokens.empty()) bad("prompt", "the prompt is empty");
     }
     const ToolRequest tools = parse_tool_request(body, kind, raw_body);
+    ChatTemplate::ToolFormat tool_format = ChatTemplate::ToolFormat::None;
     if (messages) {
         const json& m = *messages;
         if (!m.is_array() || m.empty()) bad("messages", "messages must be a non-empty array");
@@ -356,13 +357,13 @@ ParsedRequest parse_generation(const json& body, ApiKind kind, const RequestLimi
         out.chat = true;
         try {
             try {
-                r.prompt = render_chat(render_ctx, out.messages, tools.tools_json);
+                r.prompt = render_chat(render_ctx, out.messages, tools.tools_json, tool_format);
             } catch (const ApiError& e) {
                 // tool_choice "none" on a template without a tool format: the
                 // tools are left out, as llama-server renders them into a
                 // template that ignores them.
                 if (e.param != "tools" || tools.choice != ToolRequest::Choice::None) throw;
-                r.prompt = render_chat(render_ctx, out.messages, {});
+                r.prompt = render_chat(render_ctx, out.messages, {}, tool_format);
             }
         } catch (const std::exception& e) {
             bad("messages", valid_utf8(e.what()));
@@ -371,6 +372,9 @@ ParsedRequest parse_generation(const json& body, ApiKind kind, const RequestLimi
         if (r.prompt.empty()) bad("messages", "the rendered prompt is empty");
     }
     out.tool_calls = tools.calls_possible();
+    // Llama 3.1's calls are the whole reply; Qwen's are tagged blocks.
+    out.tool_syntax = tool_format == ChatTemplate::ToolFormat::Llama3Json ? ToolCallSyntax::WholeReply : ToolCallSyntax::TaggedBlocks;
+    const std::string forced_call = out.tool_calls ? tool_grammar(tools, tool_format) : std::string();
 
     refuse_unsupported(body);
     if (const json* v = given(body, "model")) {
@@ -399,12 +403,12 @@ ParsedRequest parse_generation(const json& body, ApiKind kind, const RequestLimi
     }
     if (const json* v = given(body, "logit_bias")) r.sampling.logit_bias = logit_bias(*v, limits.n_vocab);
     r.sampling.grammar = constraint_grammar(body, raw_body);
-    if (!tools.grammar.empty()) {
+    if (!forced_call.empty()) {
         // A forced call is the whole reply: no second format can apply.
         if (!r.sampling.grammar.empty())
             bad("tool_choice", "tool_choice " + (tools.named.empty() ? std::string("\"required\"") : "naming a function") +
                                    " makes the reply a tool call; it cannot be combined with response_format, grammar or json_schema");
-        r.sampling.grammar = tools.grammar;
+        r.sampling.grammar = forced_call;
     } else if (out.tool_calls && !r.sampling.grammar.empty()) {
         bad("response_format", "response_format, grammar or json_schema with tools and tool_choice \"auto\" is not supported "
                                "(the grammar would forbid the calls); use tool_choice \"none\" or \"required\"");
@@ -459,9 +463,10 @@ ParsedRequest parse_generation(const json& body, ApiKind kind, const RequestLimi
             add(*v);
         }
     }
-    if (out.tool_calls && tools.choice == ToolRequest::Choice::Auto && !tools.parallel) {
+    if (out.tool_calls && tools.choice == ToolRequest::Choice::Auto && !tools.parallel && out.tool_syntax == ToolCallSyntax::TaggedBlocks) {
         // parallel_tool_calls false with "auto": the reply ends where its
         // first call closes (the tag is put back before the calls are read).
+        // A whole-reply call (Llama 3.1) is one call already.
         if (std::find(r.stop.begin(), r.stop.end(), kToolCallClose) == r.stop.end()) {
             if (r.stop.size() >= kMaxStopSequences)
                 bad("parallel_tool_calls", "parallel_tool_calls false with tool_choice \"auto\" takes a stop sequence, and stop has " +

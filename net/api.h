@@ -41,6 +41,7 @@ struct ParsedRequest {
     // false with tool_choice "auto": the reply ends after its first call);
     // a reply it stopped gets the tag back before its calls are read.
     bool tool_call_stop = false;
+    ToolCallSyntax tool_syntax = ToolCallSyntax::TaggedBlocks;  // how the template's calls read (net/tool_calls.h)
 };
 
 // OpenAI's system_fingerprint on every response and chunk: which backend
@@ -72,11 +73,12 @@ static_assert(RequestLimits{}.max_draft_tokens <= kMaxDraftTokens);
 // text, net/tool_request.h) or tool turns (role "tool", assistant
 // tool_calls) through the template's tool format; a renderer whose template
 // has none throws ApiError naming "tools" (or "messages" for tool turns
-// without tools). `raw_body`: the text `body`
+// without tools); it sets `tool_format` to its template's. `raw_body`: the text `body`
 // was parsed from, read again for a JSON schema (response_format,
 // json_schema) so its properties keep the client's order (nlohmann::json
 // sorts keys); empty: they come in sorted order.
-using ChatRenderer = std::string (*)(const void* ctx, const std::vector<ChatMessage>& messages, const std::vector<std::string>& tools_json);
+using ChatRenderer = std::string (*)(const void* ctx, const std::vector<ChatMessage>& messages, const std::vector<std::string>& tools_json,
+                                     ChatTemplate::ToolFormat& tool_format);
 ParsedRequest parse_generation(const nlohmann::json& body, ApiKind kind, const RequestLimits& limits, ChatRenderer render_chat,
                                const void* render_ctx, std::string_view raw_body = {});
 

@@ -81,8 +81,9 @@ std::string SseStream::done(const done_event& d) {
         // (an unclosed or malformed block) is content.
         if (tool_stop_ && d.stop_word == kToolCallClose) out += tool_chunks(kToolCallClose, nullptr);
         std::string rest;
-        calls_.flush(rest);
-        out += release(rest, {}, nullptr);
+        std::vector<ToolCallOut> calls;
+        calls_.flush(rest, calls);
+        out += release(rest, calls, nullptr);
     }
     json last = chat_ ? chat_chunk(id_, model_, created_, nullptr, nullptr, chat_finish_reason(d.finish_reason, calls_.calls_made()))
                       : completion_chunk(id_, model_, created_, "", openai_finish_reason(d.finish_reason));

@@ -41,10 +41,11 @@ public:
     // around the calls and each completed call goes out as a
     // delta.tool_calls chunk ({index, id, type, function {name, arguments}},
     // whole); the last chunk says "tool_calls" when calls were made.
-    // `close_at_stop`: ParsedRequest::tool_call_stop.
-    void parse_tool_calls(bool close_at_stop) {
+    // `close_at_stop`: ParsedRequest::tool_call_stop; `syntax`: its tool_syntax.
+    void parse_tool_calls(bool close_at_stop, ToolCallSyntax syntax) {
         tools_ = true;
         tool_stop_ = close_at_stop;
+        calls_ = ToolCallStream(syntax);
     }
     // The response head (200, text/event-stream, chunked; `cors_lines`:
     // CORS header lines, each ending in CRLF) and, for chat, the role

@@ -88,7 +88,25 @@ private:
 
 }  // namespace
 
+void ToolCallStream::feed_whole_reply(std::string_view text, std::string& content) {
+    ContentWriter writer(content, held_ws_, started_);
+    if (decided_ && !whole_call_) return writer.write(text);
+    held_.append(text);
+    if (!decided_) {
+        size_t first = 0;
+        while (first < held_.size() && is_space(held_[first])) ++first;
+        if (first == held_.size()) return;  // only whitespace so far
+        decided_ = true;
+        whole_call_ = held_[first] == '{';
+    }
+    if (whole_call_ && held_.size() <= kMaxBlockBytes) return;  // held to the end of the reply
+    whole_call_ = false;
+    writer.write(held_);
+    held_.clear();
+}
+
 void ToolCallStream::feed(std::string_view text, std::string& content, std::vector<ToolCallOut>& calls) {
+    if (syntax_ == ToolCallSyntax::WholeReply) return feed_whole_reply(text, content);
     held_.append(text);
     ContentWriter writer(content, held_ws_, started_);
     while (!held_.empty()) {
@@ -124,17 +142,26 @@ void ToolCallStream::feed(std::string_view text, std::string& content, std::vect
     }
 }
 
-void ToolCallStream::flush(std::string& content) {
+void ToolCallStream::flush(std::string& content, std::vector<ToolCallOut>& calls) {
     ContentWriter writer(content, held_ws_, started_);
+    if (whole_call_) {
+        whole_call_ = false;
+        ToolCallOut call;
+        if (read_call(held_, call)) {
+            call.id = "call_" + std::to_string(next_id_++);
+            calls.push_back(std::move(call));
+            held_.clear();
+        }
+    }
     writer.write(held_);
     held_.clear();
     held_ws_.clear();  // trailing whitespace is trimmed
 }
 
-void parse_tool_calls(std::string_view reply, std::string& content, std::vector<ToolCallOut>& calls) {
-    ToolCallStream stream;
+void parse_tool_calls(std::string_view reply, std::string& content, std::vector<ToolCallOut>& calls, ToolCallSyntax syntax) {
+    ToolCallStream stream(syntax);
     stream.feed(reply, content, calls);
-    stream.flush(content);
+    stream.flush(content, calls);
 }
 
 }  // namespace specd

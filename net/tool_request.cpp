@@ -129,16 +129,10 @@ ToolRequest parse_tool_request(const json& body, ApiKind kind, std::string_view 
     if (out.choice == ToolRequest::Choice::Required && !any_tools)
         tool_refusal("tool_choice", "tool_choice " + (out.named.empty() ? std::string("\"required\"") : "naming a function") + " needs tools to call");
     if (out.choice == ToolRequest::Choice::Required) {
-        std::vector<ToolSchema> callable;
         for (const ToolSchema& s : schemas) {
-            if (out.named.empty() || s.name == out.named) callable.push_back(s);
+            if (out.named.empty() || s.name == out.named) out.callable.push_back(s);
         }
-        if (callable.empty()) tool_refusal("tool_choice", "tool_choice names \"" + utf8_excerpt(out.named, 64) + "\", which is not in tools");
-        try {
-            out.grammar = tool_call_grammar(callable, out.parallel);
-        } catch (const Error& e) {
-            tool_refusal("tools", valid_utf8(e.what()));
-        }
+        if (out.callable.empty()) tool_refusal("tool_choice", "tool_choice names \"" + utf8_excerpt(out.named, 64) + "\", which is not in tools");
     } else if (out.choice == ToolRequest::Choice::Auto) {
         // With "auto" the model may answer in text or call: nothing
         // constrains the arguments, so a strict schema cannot be promised.
@@ -151,6 +145,15 @@ ToolRequest parse_tool_request(const json& body, ApiKind kind, std::string_view 
         }
     }
     return out;
+}
+
+std::string tool_grammar(const ToolRequest& tools, ChatTemplate::ToolFormat format) {
+    if (tools.choice != ToolRequest::Choice::Required || tools.callable.empty()) return "";
+    try {
+        return tool_call_grammar(tools.callable, tools.parallel, format);
+    } catch (const Error& e) {
+        tool_refusal("tools", valid_utf8(e.what()));
+    }
 }
 
 }  // namespace specd::net

@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/tool_call_grammar.h"
 #include "net/api.h"
 
 namespace specd::net {
@@ -22,17 +23,23 @@ struct ToolRequest {
     Choice choice = Choice::Auto;         // "none", "auto" (the default), "required" or a named function (Required, `named` set)
     std::string named;                    // the function tool_choice names ("" otherwise)
     bool parallel = true;                 // parallel_tool_calls: false allows at most one call
-    std::string grammar;                  // GBNF the reply must match: Required only ("" otherwise)
+    std::vector<ToolSchema> callable;     // Required: the functions the reply may call (all, or the named one)
     bool calls_possible() const { return !tools_json.empty() && choice != Choice::None; }
 };
 
-// Reads the tool parameters of a request of `kind`; throws ApiError (400)
+// Reads the tool parameters of a request of `kind` (the grammar of a
+// forced call waits for the template's format: tool_grammar); throws ApiError (400)
 // naming the parameter. `raw_body`: the body's text, read again so tools and
 // their schemas keep the client's key order (nlohmann::json sorts them);
 // empty: sorted. Tools belong to chat completions: on /v1/completions and
 // the WebSocket they are refused; "none" and "auto" without tools are
 // accepted everywhere (they mean plain text).
 ToolRequest parse_tool_request(const nlohmann::json& body, ApiKind kind, std::string_view raw_body);
+
+// The GBNF a Required request's reply must match in the template's tool
+// `format` (engine/tool_call_grammar.h); "" for other choices. ApiError
+// naming tools when a schema cannot be enforced.
+std::string tool_grammar(const ToolRequest& tools, ChatTemplate::ToolFormat format);
 
 // `value` as Python's json.dumps writes it (", " and ": ", non-ASCII kept),
 // which is how the chat templates' tojson writes tools and call arguments.

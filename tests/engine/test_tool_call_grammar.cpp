@@ -69,3 +69,15 @@ TEST_CASE("tool call grammar: bad names and unsupported schemas are one-line err
     CHECK_THROWS_WITH(tool_call_grammar(std::vector<ToolSchema>{{"f", R"({"type": "string", "pattern": "x"})"}}, false),
                       Catch::Contains("function \"f\"") && Catch::Contains("pattern"));
 }
+
+TEST_CASE("tool call grammar: Llama 3.1's format is one bare {\"name\", \"parameters\"} object, parallel or not", "[grammar][tools]") {
+    for (const bool parallel : {false, true}) {
+        const std::string g = tool_call_grammar(kTools, parallel, ChatTemplate::ToolFormat::Llama3Json);
+        CHECK(matches(g, R"({"name": "get_weather", "parameters": {"city": "Paris"}})"));
+        CHECK(matches(g, R"( {"name": "get_time", "parameters": {}})"));
+        CHECK_FALSE(matches(g, R"({"name": "get_weather", "arguments": {"city": "Paris"}})"));
+        CHECK_FALSE(matches(g, block("get_time", "{}")));
+        CHECK_FALSE(matches(g, R"({"name": "get_time", "parameters": {}}{"name": "get_time", "parameters": {}})"));
+    }
+    CHECK_THROWS_WITH(tool_call_grammar(kTools, false, ChatTemplate::ToolFormat::None), Catch::Contains("no tool format"));
+}

@@ -38,6 +38,11 @@ const ChatTemplate& qwen() {
     static const ChatTemplate t = ChatTemplate::from_gguf_template("<|im_start|> <tools> <tool_call> You are Qwen, created by Alibaba Cloud.");
     return t;
 }
+const ChatTemplate& llama31() {
+    static const ChatTemplate t =
+        ChatTemplate::from_gguf_template("<|start_header_id|> <|end_header_id|> Environment: ipython tools_in_user_message \"parameters\": ");
+    return t;
+}
 const ChatTemplate& plain() {
     static const ChatTemplate t = ChatTemplate::plain();
     return t;
@@ -286,7 +291,7 @@ TEST_CASE("tools: streamed, content goes out as deltas and each call as one delt
                               "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>";
     for (const size_t piece : {size_t{1}, size_t{3}, size_t{7}, reply.size()}) {
         SseStream s(true, "c", "m", 1, false);
-        s.parse_tool_calls(false);
+        s.parse_tool_calls(false, ToolCallSyntax::TaggedBlocks);
         std::string bytes = s.start(true, "");
         for (size_t i = 0; i < reply.size(); i += piece) {
             token_event e;
@@ -317,7 +322,7 @@ TEST_CASE("tools: streamed, content goes out as deltas and each call as one delt
     }
     // parallel_tool_calls false with "auto": the stop sequence cut the closing tag; it is put back.
     SseStream s(true, "c", "m", 1, false);
-    s.parse_tool_calls(true);
+    s.parse_tool_calls(true, ToolCallSyntax::TaggedBlocks);
     std::string bytes = s.start(true, "");
     token_event e;
     e.text = "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n";
@@ -330,4 +335,77 @@ TEST_CASE("tools: streamed, content goes out as deltas and each call as one delt
     REQUIRE(chunks.size() >= 2);
     CHECK(chunks[chunks.size() - 2]["choices"][0]["delta"]["tool_calls"][0]["function"]["name"] == "get_time");
     CHECK(chunks.back()["choices"][0]["finish_reason"] == "tool_calls");
+}
+
+TEST_CASE("tools: Llama 3.1's format: tools open the first user turn, required is one bare JSON call, the whole reply is read as "
+          "the call", "[net][api][tools]") {
+    REQUIRE(llama31().tool_format() == ChatTemplate::ToolFormat::Llama3Json);
+    const ParsedRequest any = chat_with(R"("tools":)" + kTools + R"(,"tool_choice":"required")", llama31());
+    CHECK(any.tool_calls);
+    CHECK(any.tool_syntax == ToolCallSyntax::WholeReply);
+    CHECK_THAT(any.request.prompt, Catch::Contains("<|start_header_id|>user<|end_header_id|>\n\nGiven the following functions"));
+    CHECK_THAT(any.request.prompt, Catch::Contains("{\n    \"type\": \"function\",\n    \"function\": {\n        \"name\": \"get_weather\","));
+    CHECK(grammar_matches(any.request.sampling.grammar, R"({"name": "get_weather", "parameters": {"city": "Paris"}})"));
+    CHECK_FALSE(grammar_matches(any.request.sampling.grammar, "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>"));
+    // One call per reply already: parallel_tool_calls false adds no stop sequence.
+    const ParsedRequest one = chat_with(R"("tools":)" + kTools + R"(,"parallel_tool_calls":false)", llama31());
+    CHECK_FALSE(one.tool_call_stop);
+    CHECK(one.request.stop.empty());
+    // Two calls in one history turn: the template cannot render them.
+    const std::string two = R"({"messages":[{"role":"user","content":"x"},{"role":"assistant","content":null,"tool_calls":[)"
+                            R"({"id":"a","type":"function","function":{"name":"get_time","arguments":"{}"}},)"
+                            R"({"id":"b","type":"function","function":{"name":"get_time","arguments":"{}"}}]}],"tools":)" + kTools + "}";
+    try {
+        parse_generation(parse_json(two), ApiKind::Chat, kToolLimits, render_chat_messages, &llama31(), two);
+        FAIL("two calls in one Llama 3.1 turn were rendered");
+    } catch (const ApiError& e) {
+        CHECK(e.param == "messages");
+        CHECK_THAT(e.message, Catch::Contains("one tool call per assistant message"));
+    }
+    // Streamed: the call goes out at the end as one delta.
+    SseStream s(true, "c", "m", 1, false);
+    s.parse_tool_calls(false, ToolCallSyntax::WholeReply);
+    std::string bytes = s.start(true, "");
+    token_event e;
+    e.text = "{\"name\": \"get_time\", \"parameters\": {}}";
+    bytes += s.tokens(e, [](int32_t) { return std::string(); });
+    done_event d;
+    d.finish_reason = "stop";
+    bytes += s.done(d);
+    const std::vector<json> chunks = sse_chunks(bytes);
+    REQUIRE(chunks.size() >= 2);
+    CHECK(chunks[chunks.size() - 2]["choices"][0]["delta"]["tool_calls"][0]["function"] == json::parse(R"({"name":"get_time","arguments":"{}"})"));
+    CHECK(chunks.back()["choices"][0]["finish_reason"] == "tool_calls");
+}
+
+TEST_CASE("tools: an OpenAI request's tools and tool turns render into the next prompt exactly as Llama 3.1's Jinja template does",
+          "[net][api][tools][chat_template]") {
+    const std::string path = jinja_templates_dir() + "/meta-llama-Llama-3.1-8B-Instruct.jinja";
+    std::ifstream in(path, std::ios::binary);
+    if (!in) {
+        std::cout << "skipped: llama.cpp vocabulary files not fetched (" << path << ")\n";
+        return;
+    }
+    std::ostringstream text;
+    text << in.rdbuf();
+    const ChatTemplate t = ChatTemplate::from_gguf_template(text.str());
+    REQUIRE(t.tool_format() == ChatTemplate::ToolFormat::Llama3Json);
+    const std::string body = R"({"messages":[{"role":"developer","content":"Be exact."},{"role":"user","content":"Weather in Zürich?"},)"
+                             R"({"role":"assistant","content":null,"tool_calls":[)"
+                             R"({"id":"call_0","type":"function","function":{"name":"get_weather","arguments":"{\"city\": \"Zürich\", \"unit\": \"c\"}"}}]},)"
+                             R"({"role":"tool","tool_call_id":"call_0","content":"12 C \"mild\""}],"tools":)" + kTools + "}";
+    const ParsedRequest r = parse_generation(parse_json(body), ApiKind::Chat, kToolLimits, render_chat_messages, &t, body);
+    ordered_json hf = ordered_json::parse(body);
+    hf["messages"][0]["role"] = "system";
+    for (auto& m : hf["messages"]) {
+        if (m.contains("tool_calls")) {
+            for (auto& c : m["tool_calls"]) c["function"]["arguments"] = ordered_json::parse(c["function"]["arguments"].get<std::string>());
+        }
+    }
+    const std::string expected = jinja(path, ordered_json{{"messages", hf["messages"]}, {"tools", hf["tools"]}, {"add_generation_prompt", true}});
+    if (expected.empty()) {
+        std::cout << "skipped: python3 with Jinja2 did not run (tools/install-deps.sh installs python3-jinja2)\n";
+        return;
+    }
+    CHECK(r.request.prompt == expected);
 }

@@ -22,7 +22,9 @@ using nlohmann::json;
 
 namespace {
 
-std::string plain_transcript(const void*, const std::vector<ChatMessage>& messages, const std::vector<std::string>& tools) {
+std::string plain_transcript(const void*, const std::vector<ChatMessage>& messages, const std::vector<std::string>& tools,
+                             ChatTemplate::ToolFormat& tool_format) {
+    tool_format = ChatTemplate::ToolFormat::None;
     if (!tools.empty()) throw ApiError{400, "invalid_request", "this test's transcript has no tool format", "tools"};
     std::string out;
     for (const ChatMessage& m : messages) out += m.role + ": " + m.content + "\n";
