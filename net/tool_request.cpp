@@ -1,6 +1,7 @@
 #include "net/tool_request.h"
 
 #include "config/json_text.h"
+#include "engine/error.h"
 #include "engine/tool_call_grammar.h"
 
 namespace specd::net {
