@@ -285,6 +285,8 @@ ChatTemplate ChatTemplate::from_gguf_template(std::string_view jinja_text, std::
     const auto has = [&](std::string_view s) { return jinja_text.find(s) != std::string_view::npos; };
     if (t.variant_ == Variant::ChatML && has("<tools>") && has("<tool_call>") && has("You are Qwen, created by Alibaba Cloud"))
         t.tool_format_ = ToolFormat::QwenHermes;
+    if (t.variant_ == Variant::Llama3 && has("Environment: ipython") && has("tools_in_user_message") && has("\"parameters\": "))
+        t.tool_format_ = ToolFormat::Llama3Json;
     return t;
 }
 

@@ -118,15 +118,22 @@ public:
     // and <tool_call>, recognised by its default system prompt): tool
     // definitions as JSON lines in <tools></tools> in the system turn, calls
     // as <tool_call>{"name": ..., "arguments": ...}</tool_call>, results as
-    // <tool_response> in a user turn (engine/chat_tools.cpp).
-    enum class ToolFormat { None, QwenHermes };
+    // <tool_response> in a user turn (engine/chat_tools.cpp). Llama3Json:
+    // Llama 3.1's template (3.2's and 3.3's render the same without
+    // builtin tools; recognised by its "Environment: ipython" and
+    // tools_in_user_message): the definitions, indented JSON, open the
+    // first user turn; a call is the whole reply, {"name": ...,
+    // "parameters": {...}}, one per turn; results are "ipython" turns.
+    enum class ToolFormat { None, QwenHermes, Llama3Json };
     ToolFormat tool_format() const { return tool_format_; }
     // render() for a conversation with tools: `tools_json` holds each tool
     // definition as JSON text ({"type": "function", "function": {...}},
     // serialised as tojson writes it); messages may have role "tool" and
     // assistant tool_calls. Renders exactly what the model's Jinja template
     // renders (tested against Jinja2 itself). Throws specd::Error naming the
-    // template when tool_format() is None.
+    // template when tool_format() is None, and for what the template itself
+    // refuses (Llama3Json: two calls in one turn, tools without a first
+    // user turn to open).
     std::string render_with_tools(std::span<const ChatMessage> messages, std::span<const std::string> tools_json,
                                   bool add_generation_prompt = true) const;
 

@@ -367,6 +367,17 @@ class Converter {
 public:
     explicit Converter(const Json& root) : root_(root) {}
 
+    // The rules of a value of the schema with rule `prefix` its entry and
+    // every other rule but the primitives named "<prefix>-...", so that
+    // several schemas' rules can share one grammar (engine/tool_call_grammar).
+    std::string rules(const std::string& prefix) {
+        prefix_ = prefix + "-";
+        const std::string value = visit(root_, "value", "");
+        std::string out = prefix + " ::= " + value + "\n";
+        for (const auto& [name, body] : rules_) out += name + " ::= " + body + "\n";
+        return out;
+    }
+
     std::string run() {
         const std::string value = visit(root_, "root-value", "");
         rules_["root"] = "[ \\t\\n]{0,2} " + value;
@@ -611,6 +622,7 @@ private:
             if (!ok) c = '-';
         }
         if (base.empty()) base = "r";
+        base = prefix_ + base;
         std::string name = base;
         for (int i = 2; rules_.count(name) || primitives().count(name); ++i) name = base + std::to_string(i);
         return name;
@@ -623,6 +635,7 @@ private:
     }
 
     const Json& root_;
+    std::string prefix_;                        // of every rule name but the primitives' ("" for a whole grammar)
     std::map<std::string, std::string> rules_;  // name -> body
     std::map<std::string, std::string> refs_;   // $ref -> rule
 };
@@ -642,6 +655,13 @@ std::string json_schema_to_grammar(std::string_view schema_json) {
         fail(std::string("the schema's grammar is refused: ") + e.what());
     }
     return gbnf;
+}
+
+std::string json_schema_rules(std::string_view schema_json, std::string_view prefix) {
+    if (schema_json.size() > kMaxJsonSchemaBytes)
+        fail("the schema is " + std::to_string(schema_json.size()) + " bytes; at most " + std::to_string(kMaxJsonSchemaBytes));
+    const Json root = JsonReader(schema_json).document();
+    return Converter(root).rules(std::string(prefix));
 }
 
 }  // namespace specd

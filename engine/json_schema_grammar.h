@@ -40,4 +40,13 @@ inline constexpr int kMaxJsonSchemaDepth = 64;
 // \"minimum\"") for invalid JSON, an invalid schema or one it cannot enforce.
 std::string json_schema_to_grammar(std::string_view schema_json);
 
+// The same schema's rules for a larger grammar: rule `prefix` (letters,
+// digits, '-') matches a value of the schema (no leading whitespace), its
+// helper rules are named "<prefix>-...", and the shared primitives (space,
+// string, value, object, ...) keep their names and bodies, so the rules of
+// several schemas can be joined (a primitive's line then appears more than
+// once, identical). Errors as json_schema_to_grammar; the joined grammar's
+// size is the caller's to check (Grammar::parse).
+std::string json_schema_rules(std::string_view schema_json, std::string_view prefix);
+
 }  // namespace specd

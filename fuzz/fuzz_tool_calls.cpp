@@ -35,11 +35,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const unsigned seed = data[0];
     const std::string_view reply(reinterpret_cast<const char*>(data) + 1, size - 1);
 
+    // The seed's top bit picks the syntax: Qwen's tagged blocks or Llama 3.1's whole-reply call.
+    const specd::ToolCallSyntax syntax = (seed & 0x80) != 0 ? specd::ToolCallSyntax::WholeReply : specd::ToolCallSyntax::TaggedBlocks;
     std::string whole_content;
     std::vector<specd::ToolCallOut> whole_calls;
-    specd::parse_tool_calls(reply, whole_content, whole_calls);
+    specd::parse_tool_calls(reply, whole_content, whole_calls, syntax);
 
-    specd::ToolCallStream stream;
+    specd::ToolCallStream stream(syntax);
     std::string content;
     std::vector<specd::ToolCallOut> calls;
     size_t at = 0, step = seed % 16 + 1;
@@ -49,8 +51,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         at += piece.size();
         step = (step * 7 + seed) % 16 + 1;
     }
-    stream.flush(content);
+    stream.flush(content, calls);
 
+    if (syntax == specd::ToolCallSyntax::WholeReply && calls.size() > 1) fail("a whole-reply call gave more than one call");
     if (content != whole_content) fail("streamed content differs from the whole parse");
     if (calls.size() != whole_calls.size()) fail("streamed calls differ from the whole parse");
     for (size_t i = 0; i < calls.size(); ++i) {

@@ -27,18 +27,29 @@ inline const net::RequestLimits& fuzz_limits() {
     return limits;
 }
 
-// As net/routes.cpp's render_chat_messages: ctx is a ChatTemplate.
-inline std::string render_with_template(const void* ctx, const std::vector<std::pair<std::string, std::string>>& messages) {
-    std::vector<ChatMessage> msgs;
-    msgs.reserve(messages.size());
-    for (const auto& [role, content] : messages) msgs.push_back(ChatMessage{role, content});
-    return static_cast<const ChatTemplate*>(ctx)->render(msgs, true);
+// As net/routes.cpp's render_chat_messages: ctx is a ChatTemplate; tools
+// and tool turns through its tool format, a 400 naming them without one.
+inline std::string render_with_template(const void* ctx, const std::vector<ChatMessage>& messages, const std::vector<std::string>& tools_json,
+                                        ChatTemplate::ToolFormat& tool_format) {
+    const ChatTemplate& t = *static_cast<const ChatTemplate*>(ctx);
+    tool_format = t.tool_format();
+    bool tool_turns = false;
+    for (const ChatMessage& m : messages) tool_turns = tool_turns || m.role == "tool" || !m.tool_calls.empty();
+    if (tools_json.empty() && !tool_turns) return t.render(messages, true);
+    if (t.tool_format() == ChatTemplate::ToolFormat::None)
+        throw net::ApiError{400, "invalid_request", "no tool format", tools_json.empty() ? "messages" : "tools"};
+    return t.render_with_tools(messages, tools_json, true);
 }
 
-// The formats a served model may have: plain (stories15M, base models) and
-// ChatML (the common instruct format, special tokens written as text).
+// The formats a served model may have: plain (stories15M, base models),
+// ChatML (the common instruct format, special tokens written as text) and
+// Qwen2.5's, with its <tool_call> tool format, and Llama 3.1's, with its
+// JSON calls (each recognised by these markers).
 inline const std::vector<ChatTemplate>& fuzz_templates() {
-    static const std::vector<ChatTemplate> templates = {ChatTemplate::plain(), ChatTemplate::by_name("chatml")};
+    static const std::vector<ChatTemplate> templates = {
+        ChatTemplate::plain(), ChatTemplate::by_name("chatml"),
+        ChatTemplate::from_gguf_template("<|im_start|> <tools> <tool_call> You are Qwen, created by Alibaba Cloud."),
+        ChatTemplate::from_gguf_template("<|start_header_id|> <|end_header_id|> Environment: ipython tools_in_user_message \"parameters\": ")};
     return templates;
 }
 
@@ -59,9 +70,11 @@ inline void check_parsed(const char* target, const net::ParsedRequest& p, net::A
     if (kind == net::ApiKind::Chat && (!p.chat || p.messages.empty() || r.prompt.empty()))
         fail(target, "a chat request came back without messages or a rendered prompt");
     if (p.chat && !r.parse_special) fail(target, "a chat prompt must be tokenized with its special tokens");
-    for (const auto& [role, content] : p.messages) {
-        if (role != "system" && role != "user" && role != "assistant") fail(target, "accepted the role \"" + role + "\"");
+    for (const ChatMessage& m : p.messages) {
+        if (m.role != "system" && m.role != "user" && m.role != "assistant" && m.role != "tool") fail(target, "accepted the role \"" + m.role + "\"");
+        if (!m.tool_calls.empty() && m.role != "assistant") fail(target, "accepted tool_calls on a " + m.role + " message");
     }
+    if (p.tool_calls && kind != net::ApiKind::Chat) fail(target, "tool calls accepted outside chat completions");
     for (const int32_t t : r.prompt_tokens) {
         if (t < 0) fail(target, "accepted a negative prompt token id");
     }

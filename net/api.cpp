@@ -6,6 +6,7 @@
 #include "actors/constraints.h"
 #include "config/json_text.h"
 #include "net/logprobs_json.h"
+#include "net/tool_request.h"
 
 namespace specd::net {
 
@@ -42,30 +43,14 @@ int64_t integer(const json& v, const char* key, int64_t lo, int64_t hi) {
     return x;
 }
 
-// One chat message as (role, text). The content is a string or an array
-// of text parts (as many SDKs send it); "developer" is OpenAI's newer name
-// for "system"; an assistant's content may be null. Tool calls and tool
-// results need tool support, which specd does not have yet: refused.
-std::pair<std::string, std::string> chat_message(const json& msg) {
-    if (!msg.is_object()) bad("messages", "each message must be an object with a role and a content");
-    const json* role_v = given(msg, "role");
-    if (!role_v || !role_v->is_string()) bad("messages", "each message needs a string role");
-    std::string role = role_v->get<std::string>();
-    if (role == "developer") role = "system";
-    if (role == "tool" || role == "function" || given(msg, "tool_calls") || given(msg, "function_call"))
-        bad("messages", "tool calls and tool results are not supported yet (role \"" + utf8_excerpt(role, 40) + "\")");
-    if (role != "system" && role != "user" && role != "assistant")
-        bad("messages", "unknown role \"" + utf8_excerpt(role, 40) + "\" (system, developer, user, assistant)");
-    const json* content = given(msg, "content");
-    if (!content) {
-        if (role == "assistant") return {role, ""};
-        bad("messages", "a " + role + " message needs a content");
-    }
-    if (content->is_string()) return {role, content->get<std::string>()};
-    if (!content->is_array() || content->empty())
-        bad("messages", "content must be a string or a non-empty array of {\"type\": \"text\", \"text\": ...} parts, got " + shown(*content));
+// A content as text: a string or an array of text parts (as many SDKs
+// send it). `what` names it in errors.
+std::string content_text(const json& content, const std::string& what) {
+    if (content.is_string()) return content.get<std::string>();
+    if (!content.is_array() || content.empty())
+        bad("messages", what + " must be a string or a non-empty array of {\"type\": \"text\", \"text\": ...} parts, got " + shown(content));
     std::string text;
-    for (const json& part : *content) {
+    for (const json& part : content) {
         const json* type = part.is_object() ? given(part, "type") : nullptr;
         if (!type || !type->is_string()) bad("messages", "each content part needs a string type, got " + shown(part));
         if (*type != "text")
@@ -75,7 +60,71 @@ std::pair<std::string, std::string> chat_message(const json& msg) {
         if (!t || !t->is_string()) bad("messages", "a text part needs a string text");
         text += t->get_ref<const std::string&>();
     }
-    return {role, text};
+    return text;
+}
+
+// An assistant turn's tool_calls ([{id, type: "function", function: {name,
+// arguments}}], arguments a string of JSON as OpenAI sends it) as the
+// template writes them back: arguments re-serialised as its tojson does.
+std::vector<ChatToolCall> history_tool_calls(const json& calls) {
+    if (!calls.is_array()) bad("messages", "tool_calls must be an array, got " + shown(calls));
+    std::vector<ChatToolCall> out;
+    for (const json& c : calls) {
+        const json* f = c.is_object() ? given(c, "function") : nullptr;
+        const json* type = c.is_object() ? given(c, "type") : nullptr;
+        if (!f || !f->is_object() || (type && *type != "function"))
+            bad("messages", "each tool call needs type \"function\" and a function {\"name\", \"arguments\"}, got " + shown(c));
+        const json* name = given(*f, "name");
+        if (!name || !name->is_string() || name->get_ref<const std::string&>().empty())
+            bad("messages", "a tool call's function needs a name");
+        const json* args = given(*f, "arguments");
+        std::string text = "{}";
+        if (args && args->is_string()) {
+            text = args->get<std::string>();
+        } else if (args && args->is_object()) {
+            text = dump_json(*args);  // some clients send the object itself
+        } else if (args) {
+            bad("messages", "a tool call's arguments must be a string of JSON, got " + shown(*args));
+        }
+        try {
+            parse_json_text(text);  // depth-limited, our error words
+        } catch (const JsonTextError& e) {
+            bad("messages", "the arguments of tool call \"" + utf8_excerpt(name->get<std::string>(), 64) + "\" are not JSON: " + e.what());
+        }
+        out.push_back({name->get<std::string>(), template_json(nlohmann::ordered_json::parse(text))});
+    }
+    return out;
+}
+
+// One chat message. "developer" is OpenAI's newer name for "system"; an
+// assistant's content may be null (with tool_calls, or empty); "tool"
+// carries a tool's result (tool_call_id says to which call; templates such
+// as Qwen2.5's place results by order, so it is only checked for type).
+ChatMessage chat_message(const json& msg) {
+    if (!msg.is_object()) bad("messages", "each message must be an object with a role and a content");
+    const json* role_v = given(msg, "role");
+    if (!role_v || !role_v->is_string()) bad("messages", "each message needs a string role");
+    std::string role = role_v->get<std::string>();
+    if (role == "developer") role = "system";
+    if (role == "function" || given(msg, "function_call"))
+        bad("messages", "the deprecated function role and function_call are not supported; send tools, tool_calls and role \"tool\"");
+    if (role != "system" && role != "user" && role != "assistant" && role != "tool")
+        bad("messages", "unknown role \"" + utf8_excerpt(role, 40) + "\" (system, developer, user, assistant, tool)");
+    ChatMessage out{role, ""};
+    if (const json* calls = given(msg, "tool_calls")) {
+        if (role != "assistant") bad("messages", "only assistant messages carry tool_calls");
+        out.tool_calls = history_tool_calls(*calls);
+    }
+    if (role == "tool") {
+        if (const json* id = given(msg, "tool_call_id"); id && !id->is_string()) bad("messages", "tool_call_id must be a string");
+    }
+    const json* content = given(msg, "content");
+    if (!content) {
+        if (role == "assistant") return out;
+        bad("messages", "a " + role + " message needs a content");
+    }
+    out.content = content_text(*content, "content");
+    return out;
 }
 
 // Parameters OpenAI or llama-server clients send that specd does not
@@ -93,10 +142,14 @@ void refuse_unsupported(const json& body) {
     off("echo", is_false);
     off("suffix", empty);
     off("best_of", [](const json& v) { return v.is_number_integer() && v.get<int64_t>() == 1; });
-    off("tools", empty);
-    off("functions", empty);
-    off("tool_choice", [](const json& v) { return v == "none" || v == "auto"; });  // without tools both mean plain text
-    off("function_call", [](const json& v) { return v == "none" || v == "auto"; });
+    // The deprecated spellings of tools and tool_choice (net/tool_request.h
+    // reads the current ones).
+    const auto deprecated = [&](const char* key, auto is_off) {
+        const json* v = given(body, key);
+        if (v && !is_off(*v)) bad(key, std::string(key) + " is deprecated and not supported: send tools and tool_choice");
+    };
+    deprecated("functions", empty);
+    deprecated("function_call", [](const json& v) { return v == "none" || v == "auto"; });
     off("n_probs", zero);
     off("audio", empty);
     off("modalities", [](const json& v) { return v == json::array({"text"}); });
@@ -294,19 +347,34 @@ ParsedRequest parse_generation(const json& body, ApiKind kind, const RequestLimi
             bad("prompt", "prompt must be a string, a one-string array or an array of token ids");
         }
         if (r.prompt.empty() && r.prompt_tokens.empty()) bad("prompt", "the prompt is empty");
-    } else {
+    }
+    const ToolRequest tools = parse_tool_request(body, kind, raw_body);
+    ChatTemplate::ToolFormat tool_format = ChatTemplate::ToolFormat::None;
+    if (messages) {
         const json& m = *messages;
         if (!m.is_array() || m.empty()) bad("messages", "messages must be a non-empty array");
         for (const json& msg : m) out.messages.push_back(chat_message(msg));
         out.chat = true;
         try {
-            r.prompt = render_chat(render_ctx, out.messages);
+            try {
+                r.prompt = render_chat(render_ctx, out.messages, tools.tools_json, tool_format);
+            } catch (const ApiError& e) {
+                // tool_choice "none" on a template without a tool format: the
+                // tools are left out, as llama-server renders them into a
+                // template that ignores them.
+                if (e.param != "tools" || tools.choice != ToolRequest::Choice::None) throw;
+                r.prompt = render_chat(render_ctx, out.messages, {}, tool_format);
+            }
         } catch (const std::exception& e) {
             bad("messages", valid_utf8(e.what()));
         }
         r.parse_special = true;  // the template writes its special tokens as text
         if (r.prompt.empty()) bad("messages", "the rendered prompt is empty");
     }
+    out.tool_calls = tools.calls_possible();
+    // Llama 3.1's calls are the whole reply; Qwen's are tagged blocks.
+    out.tool_syntax = tool_format == ChatTemplate::ToolFormat::Llama3Json ? ToolCallSyntax::WholeReply : ToolCallSyntax::TaggedBlocks;
+    const std::string forced_call = out.tool_calls ? tool_grammar(tools, tool_format) : std::string();
 
     refuse_unsupported(body);
     if (const json* v = given(body, "model")) {
@@ -342,6 +410,16 @@ ParsedRequest parse_generation(const json& body, ApiKind kind, const RequestLimi
         r.cache_prompt = v->get<bool>();
     }
     r.sampling.grammar = constraint_grammar(body, raw_body);
+    if (!forced_call.empty()) {
+        // A forced call is the whole reply: no second format can apply.
+        if (!r.sampling.grammar.empty())
+            bad("tool_choice", "tool_choice " + (tools.named.empty() ? std::string("\"required\"") : "naming a function") +
+                                   " makes the reply a tool call; it cannot be combined with response_format, grammar or json_schema");
+        r.sampling.grammar = forced_call;
+    } else if (out.tool_calls && !r.sampling.grammar.empty()) {
+        bad("response_format", "response_format, grammar or json_schema with tools and tool_choice \"auto\" is not supported "
+                               "(the grammar would forbid the calls); use tool_choice \"none\" or \"required\"");
+    }
     // seed: the text then depends on (seed, prompt, parameters) only, with
     // speculation on or off, at any draft length, alone or batched: each
     // position's token is the race winner under noise keyed on (seed,
@@ -391,6 +469,18 @@ ParsedRequest parse_generation(const json& body, ApiKind kind, const RequestLimi
         } else {
             add(*v);
         }
+    }
+    if (out.tool_calls && tools.choice == ToolRequest::Choice::Auto && !tools.parallel && out.tool_syntax == ToolCallSyntax::TaggedBlocks) {
+        // parallel_tool_calls false with "auto": the reply ends where its
+        // first call closes (the tag is put back before the calls are read).
+        // A whole-reply call (Llama 3.1) is one call already.
+        if (std::find(r.stop.begin(), r.stop.end(), kToolCallClose) == r.stop.end()) {
+            if (r.stop.size() >= kMaxStopSequences)
+                bad("parallel_tool_calls", "parallel_tool_calls false with tool_choice \"auto\" takes a stop sequence, and stop has " +
+                                               std::to_string(kMaxStopSequences) + " already");
+            r.stop.emplace_back(kToolCallClose);
+        }
+        out.tool_call_stop = true;
     }
     if (const json* v = given(body, "stream")) out.stream = boolean(*v, "stream");
     if (const json* o = given(body, "stream_options")) {
@@ -454,11 +544,31 @@ json completion_response(const std::string& id, const std::string& model, int64_
             {"usage", usage_json(d)}, {"timings", timings_json(d)}, {"speculative", speculative_json(d)}};
 }
 
+std::string chat_finish_reason(const std::string& ours, int n_calls) {
+    const std::string reason = openai_finish_reason(ours);
+    return n_calls > 0 && reason == "stop" ? "tool_calls" : reason;
+}
+
+json tool_calls_json(const std::vector<ToolCallOut>& calls, int first_index) {
+    json out = json::array();
+    for (size_t i = 0; i < calls.size(); ++i) {
+        json c = {{"id", calls[i].id}, {"type", "function"}, {"function", {{"name", calls[i].name}, {"arguments", calls[i].arguments}}}};
+        if (first_index >= 0) c["index"] = first_index + static_cast<int>(i);
+        out.push_back(std::move(c));
+    }
+    return out;
+}
+
 json chat_response(const std::string& id, const std::string& model, int64_t created, const std::string& text, const done_event& d,
-                   const json& logprobs) {
+                   const json& logprobs, const std::vector<ToolCallOut>& calls) {
+    json message = {{"role", "assistant"}, {"content", text}};
+    if (!calls.empty()) {
+        if (text.empty()) message["content"] = nullptr;  // OpenAI: null content beside calls
+        message["tool_calls"] = tool_calls_json(calls);
+    }
     return {{"id", id}, {"object", "chat.completion"}, {"created", created}, {"model", model}, {"system_fingerprint", kSystemFingerprint},
-            {"choices", json::array({{{"index", 0}, {"message", {{"role", "assistant"}, {"content", text}}},
-                                      {"logprobs", logprobs}, {"finish_reason", openai_finish_reason(d.finish_reason)}}})},
+            {"choices", json::array({{{"index", 0}, {"message", std::move(message)},
+                                      {"logprobs", logprobs}, {"finish_reason", chat_finish_reason(d.finish_reason, static_cast<int>(calls.size()))}}})},
             {"usage", usage_json(d)}, {"timings", timings_json(d)}, {"speculative", speculative_json(d)}};
 }
 

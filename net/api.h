@@ -11,7 +11,9 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/messages.h"
+#include "engine/chat_template.h"
 #include "net/logprobs_json.h"
+#include "net/tool_calls.h"
 
 namespace specd::net {
 
@@ -31,7 +33,15 @@ struct ParsedRequest {
     bool stream = false;                // HTTP only
     bool include_usage = false;         // stream_options.include_usage: a last chunk with choices [] and the usage
     bool chat = false;                  // came with messages
-    std::vector<std::pair<std::string, std::string>> messages;  // (role, content) when chat
+    std::vector<ChatMessage> messages;  // when chat; roles system, user, assistant (maybe with tool_calls) and tool
+    // Chat with tools and tool_choice other than "none" (net/tool_request.h):
+    // the reply's <tool_call> blocks become tool_calls (net/tool_calls.h).
+    bool tool_calls = false;
+    // kToolCallClose was added to the stop sequences (parallel_tool_calls
+    // false with tool_choice "auto": the reply ends after its first call);
+    // a reply it stopped gets the tag back before its calls are read.
+    bool tool_call_stop = false;
+    ToolCallSyntax tool_syntax = ToolCallSyntax::TaggedBlocks;  // how the template's calls read (net/tool_calls.h)
 };
 
 // OpenAI's system_fingerprint on every response and chunk: which backend
@@ -59,11 +69,16 @@ struct RequestLimits {
 static_assert(RequestLimits{}.max_draft_tokens <= kMaxDraftTokens);
 
 // Parses and validates; throws ApiError. `render_chat` turns messages into
-// the prompt text (the model's chat template). `raw_body`: the text `body`
+// the prompt text (the model's chat template): with tools (each one's JSON
+// text, net/tool_request.h) or tool turns (role "tool", assistant
+// tool_calls) through the template's tool format; a renderer whose template
+// has none throws ApiError naming "tools" (or "messages" for tool turns
+// without tools); it sets `tool_format` to its template's. `raw_body`: the text `body`
 // was parsed from, read again for a JSON schema (response_format,
 // json_schema) so its properties keep the client's order (nlohmann::json
 // sorts keys); empty: they come in sorted order.
-using ChatRenderer = std::string (*)(const void* ctx, const std::vector<std::pair<std::string, std::string>>& messages);
+using ChatRenderer = std::string (*)(const void* ctx, const std::vector<ChatMessage>& messages, const std::vector<std::string>& tools_json,
+                                     ChatTemplate::ToolFormat& tool_format);
 ParsedRequest parse_generation(const nlohmann::json& body, ApiKind kind, const RequestLimits& limits, ChatRenderer render_chat,
                                const void* render_ctx, std::string_view raw_body = {});
 
@@ -87,14 +102,23 @@ nlohmann::json speculative_json(const done_event& d);
 // `logprobs`: the choice's logprobs object (net/logprobs_json.h), null when not asked.
 nlohmann::json completion_response(const std::string& id, const std::string& model, int64_t created, const std::string& text,
                                    const done_event& d, const nlohmann::json& logprobs = nullptr);
+// `calls`: the tool calls read from the reply (`text` is then the content
+// around them): message.tool_calls, content null when empty, finish_reason
+// "tool_calls" where it would be "stop".
 nlohmann::json chat_response(const std::string& id, const std::string& model, int64_t created, const std::string& text,
-                             const done_event& d, const nlohmann::json& logprobs = nullptr);
+                             const done_event& d, const nlohmann::json& logprobs = nullptr, const std::vector<ToolCallOut>& calls = {});
+// OpenAI's tool_calls entries: {id, type "function", function {name, arguments}};
+// streamed (`first_index` >= 0) each also has its index in the reply, from first_index on.
+nlohmann::json tool_calls_json(const std::vector<ToolCallOut>& calls, int first_index = -1);
 // One SSE chunk's JSON. finish_reason empty: a content chunk; `logprobs`
 // the chunk's own tokens' (null when not asked).
 nlohmann::json completion_chunk(const std::string& id, const std::string& model, int64_t created, const std::string& text,
                                 const std::string& finish_reason, const nlohmann::json& logprobs = nullptr);
 nlohmann::json chat_chunk(const std::string& id, const std::string& model, int64_t created, const std::string* role,
                           const std::string* content, const std::string& finish_reason, const nlohmann::json& logprobs = nullptr);
+// The finish_reason of a chat reply that made `n_calls` tool calls: "tool_calls"
+// for a reply that ended by itself ("stop"), else openai_finish_reason.
+std::string chat_finish_reason(const std::string& ours, int n_calls);
 
 // Appends s as a JSON string literal (quotes, escapes; s must be UTF-8).
 void append_json_string(std::string& out, std::string_view s);

@@ -140,6 +140,10 @@ private:
               std::to_string(micros.count() % 1000000000);
         model_ = state_->runtime.model_name();
         if (stream_mode_ && !llama_) sse_.emplace(chat, id_, model_, created_, parsed.include_usage);
+        tool_calls_ = parsed.tool_calls;
+        tool_call_stop_ = parsed.tool_call_stop;
+        tool_syntax_ = parsed.tool_syntax;
+        if (sse_ && tool_calls_) sse_->parse_tool_calls(tool_call_stop_, tool_syntax_);
         all_ = token_event{};
         logprobs_asked_ = parsed.request.sampling.logprobs >= 0;
         parsed.request.id = id_;
@@ -238,7 +242,15 @@ private:
             logprobs = chat_ ? chat_logprobs_json(all_, token_piece()) : completion_logprobs_json(all_, token_piece(), 0);
             text_ = std::move(all_.text);
         }
-        const nlohmann::json body = chat_ ? chat_response(id_, model_, created_, text_, d, logprobs)
+        std::vector<ToolCallOut> calls;
+        if (chat_ && tool_calls_) {
+            // The reply's <tool_call> blocks become tool_calls, the rest the content.
+            if (tool_call_stop_ && d.stop_word == kToolCallClose) text_ += kToolCallClose;
+            std::string content;
+            parse_tool_calls(text_, content, calls, tool_syntax_);
+            text_ = std::move(content);
+        }
+        const nlohmann::json body = chat_ ? chat_response(id_, model_, created_, text_, d, logprobs, calls)
                                           : completion_response(id_, model_, created_, text_, d, logprobs);
         reply(200, dump_json(body), "application/json");
     }
@@ -375,6 +387,9 @@ private:
     bool llama_started_ = false;      // /completion, streamed: the head is out
     token_event all_;                 // not streamed, logprobs asked: every token so far with its figures and its text
     bool logprobs_asked_ = false;     // the request asked for logprobs (the response then carries the object, even empty)
+    bool tool_calls_ = false;         // chat with tools: the reply's <tool_call> blocks become tool_calls (ParsedRequest::tool_calls)
+    bool tool_call_stop_ = false;     // ParsedRequest::tool_call_stop
+    ToolCallSyntax tool_syntax_ = ToolCallSyntax::TaggedBlocks;  // ParsedRequest::tool_syntax
 
     // Token ids to their bytes, for the logprobs objects.
     TokenPiece token_piece() const {

@@ -1,6 +1,7 @@
 // The routes of the HTTP front end; see routes.h.
 #include "net/routes.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cstring>
 
@@ -238,12 +239,22 @@ std::shared_ptr<const ChatTemplate> load_chat_template(const Runtime& runtime) {
 
 // Renders with the model's tokenizer.chat_template when its text is
 // recognised (engine/chat_template: llama.cpp's detection), else the plain
-// transcript for base models such as stories15M.
-std::string render_chat_messages(const void* chat_template, const std::vector<std::pair<std::string, std::string>>& messages) {
-    std::vector<ChatMessage> msgs;
-    msgs.reserve(messages.size());
-    for (const auto& [role, content] : messages) msgs.push_back(ChatMessage{role, content});
-    return static_cast<const ChatTemplate*>(chat_template)->render(msgs, true);
+// transcript for base models such as stories15M. Tools and tool turns go
+// through the template's tool format; a template without one is a 400.
+std::string render_chat_messages(const void* chat_template, const std::vector<ChatMessage>& messages,
+                                 const std::vector<std::string>& tools_json, ChatTemplate::ToolFormat& tool_format) {
+    const ChatTemplate& t = *static_cast<const ChatTemplate*>(chat_template);
+    tool_format = t.tool_format();
+    const bool tool_turns = std::any_of(messages.begin(), messages.end(),
+                                        [](const ChatMessage& m) { return m.role == "tool" || !m.tool_calls.empty(); });
+    if (tools_json.empty() && !tool_turns) return t.render(messages, true);
+    if (t.tool_format() == ChatTemplate::ToolFormat::None)
+        throw ApiError{400, "invalid_request",
+                       std::string(tools_json.empty() ? "tool calls and tool results in messages" : "tools") +
+                           " need a chat template with a tool format (Qwen2.5's <tool_call>, Llama 3.1's JSON calls); this model's template is " +
+                           std::string(t.variant_name()),
+                       tools_json.empty() ? "messages" : "tools"};
+    return t.render_with_tools(messages, tools_json, true);
 }
 
 }  // namespace specd::net

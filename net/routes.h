@@ -24,7 +24,6 @@
 #include "net/server.h"
 
 namespace specd {
-class ChatTemplate;
 class Runtime;
 }  // namespace specd
 
@@ -105,6 +104,7 @@ std::string cors_allowed_headers(std::string_view requested);
 std::shared_ptr<const ChatTemplate> load_chat_template(const Runtime& runtime);
 
 // A ChatRenderer (net/api.h) whose context is a `const ChatTemplate*`.
-std::string render_chat_messages(const void* chat_template, const std::vector<std::pair<std::string, std::string>>& messages);
+std::string render_chat_messages(const void* chat_template, const std::vector<ChatMessage>& messages,
+                                 const std::vector<std::string>& tools_json, ChatTemplate::ToolFormat& tool_format);
 
 }  // namespace specd::net

@@ -43,22 +43,54 @@ std::string SseStream::content(const std::string& text) const {
     return sse_event(content_chunk_json(chat_, id_, model_, created_, text));
 }
 
+std::string SseStream::release(const std::string& content, const std::vector<ToolCallOut>& calls, const json& logprobs) {
+    std::string out;
+    if (!content.empty() || !logprobs.is_null()) {
+        out += logprobs.is_null() ? this->content(content)
+                                  : sse_event(dump_json(chat_chunk(id_, model_, created_, nullptr, content.empty() ? nullptr : &content, "", logprobs)));
+    }
+    if (!calls.empty()) {
+        json chunk = chat_chunk(id_, model_, created_, nullptr, nullptr, "");
+        chunk["choices"][0]["delta"]["tool_calls"] = tool_calls_json(calls, calls_.calls_made() - static_cast<int>(calls.size()));
+        out += sse_event(dump_json(chunk));
+    }
+    return out;
+}
+
+std::string SseStream::tool_chunks(std::string_view text, const json& logprobs) {
+    std::string content;
+    std::vector<ToolCallOut> calls;
+    calls_.feed(text, content, calls);
+    return release(content, calls, logprobs);
+}
+
 std::string SseStream::tokens(const token_event& e, const TokenPiece& piece) {
     const size_t base = text_bytes_;
     text_bytes_ += e.text.size();
+    if (tools_) return tool_chunks(e.text, e.logprobs.empty() ? json(nullptr) : chat_logprobs_json(e, piece));
     if (e.logprobs.empty()) return content(e.text);
     const json chunk = chat_ ? chat_chunk(id_, model_, created_, nullptr, &e.text, "", chat_logprobs_json(e, piece))
                              : completion_chunk(id_, model_, created_, e.text, "", completion_logprobs_json(e, piece, base));
     return sse_event(dump_json(chunk));
 }
 
-std::string SseStream::done(const done_event& d) const {
-    json last = chat_ ? chat_chunk(id_, model_, created_, nullptr, nullptr, openai_finish_reason(d.finish_reason))
+std::string SseStream::done(const done_event& d) {
+    std::string out;
+    if (tools_) {
+        // The block the stop sequence cut is closed; what is still held
+        // (an unclosed or malformed block) is content.
+        if (tool_stop_ && d.stop_word == kToolCallClose) out += tool_chunks(kToolCallClose, nullptr);
+        std::string rest;
+        std::vector<ToolCallOut> calls;
+        calls_.flush(rest, calls);
+        out += release(rest, calls, nullptr);
+    }
+    json last = chat_ ? chat_chunk(id_, model_, created_, nullptr, nullptr, chat_finish_reason(d.finish_reason, calls_.calls_made()))
                       : completion_chunk(id_, model_, created_, "", openai_finish_reason(d.finish_reason));
     last["usage"] = usage_json(d);
     last["timings"] = timings_json(d);
     last["speculative"] = speculative_json(d);
-    std::string out = sse_event(dump_json(last));
+    out += sse_event(dump_json(last));
     if (include_usage_) {
         // stream_options.include_usage, as OpenAI: one more chunk, no choices, the usage.
         json usage = chat_ ? chat_chunk(id_, model_, created_, nullptr, nullptr, "") : completion_chunk(id_, model_, created_, "", "");

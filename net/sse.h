@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "net/api.h"
+#include "net/tool_calls.h"
 
 namespace specd::net {
 
@@ -35,6 +36,17 @@ public:
     SseStream(bool chat, std::string id, std::string model, int64_t created, bool include_usage);
 
     bool started() const { return started_; }
+    // Chat with tools (ParsedRequest::tool_calls): the text goes through a
+    // ToolCallStream (net/tool_calls.h), content deltas carry the text
+    // around the calls and each completed call goes out as a
+    // delta.tool_calls chunk ({index, id, type, function {name, arguments}},
+    // whole); the last chunk says "tool_calls" when calls were made.
+    // `close_at_stop`: ParsedRequest::tool_call_stop; `syntax`: its tool_syntax.
+    void parse_tool_calls(bool close_at_stop, ToolCallSyntax syntax) {
+        tools_ = true;
+        tool_stop_ = close_at_stop;
+        calls_ = ToolCallStream(syntax);
+    }
     // The response head (200, text/event-stream, chunked; `cors_lines`:
     // CORS header lines, each ending in CRLF) and, for chat, the role
     // chunk; "" once started.
@@ -47,7 +59,7 @@ public:
     std::string tokens(const token_event& e, const TokenPiece& piece);
     // The last chunks after start(): the finish reason with usage, timings
     // and speculation, the usage chunk when asked, [DONE], the last chunk.
-    std::string done(const done_event& d) const;
+    std::string done(const done_event& d);
     // An error after start(): the error object as an event, [DONE], the last chunk.
     std::string error(const ApiError& e) const;
 
@@ -58,6 +70,14 @@ private:
     bool include_usage_;
     bool started_ = false;
     size_t text_bytes_ = 0;  // completion text sent so far (completions' text_offset counts from its start)
+    bool tools_ = false, tool_stop_ = false;  // parse_tool_calls()
+    ToolCallStream calls_;
+
+    // The chunks of the content and calls `calls_` released for `text`
+    // (`logprobs`, when not null, ride on the first chunk, sent even when
+    // no content is released).
+    std::string tool_chunks(std::string_view text, const nlohmann::json& logprobs);
+    std::string release(const std::string& content, const std::vector<ToolCallOut>& calls, const nlohmann::json& logprobs);
 };
 
 }  // namespace specd::net

@@ -9,7 +9,7 @@ namespace specd {
 namespace {
 
 constexpr std::string_view kOpen = "<tool_call>";
-constexpr std::string_view kClose = "</tool_call>";
+constexpr std::string_view kClose = kToolCallClose;
 // A block longer than this is not a call a client can use: released as text.
 constexpr size_t kMaxBlockBytes = 256 * 1024;
 
@@ -17,7 +17,9 @@ bool is_space(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; 
 
 // The call in a block's JSON, or false. Qwen writes {"name", "arguments":
 // {...}}; Llama 3.1's JSON calls say "parameters"; a string of JSON is
-// accepted too (some fine-tunes quote it).
+// accepted too (some fine-tunes quote it). The arguments keep the model's
+// key order (as OpenAI returns them): checked with the depth-limited
+// parser, written from an order-keeping parse of the same text.
 bool read_call(std::string_view json_text, ToolCallOut& call) {
     nlohmann::json j;
     try {
@@ -26,20 +28,23 @@ bool read_call(std::string_view json_text, ToolCallOut& call) {
         return false;
     }
     if (!j.is_object() || !j.contains("name") || !j["name"].is_string()) return false;
-    const nlohmann::json* args = j.contains("arguments") ? &j["arguments"] : j.contains("parameters") ? &j["parameters"] : nullptr;
-    nlohmann::json object = nlohmann::json::object();
-    if (args && args->is_string()) {
+    const char* key = j.contains("arguments") ? "arguments" : j.contains("parameters") ? "parameters" : nullptr;
+    std::string args = "{}";
+    if (key && j[key].is_string()) {
+        args = j[key].get<std::string>();
         try {
-            object = parse_json_text(args->get<std::string>());
+            if (!parse_json_text(args).is_object()) return false;
         } catch (const JsonTextError&) {
             return false;
         }
-    } else if (args) {
-        object = *args;
+    } else if (key) {
+        if (!j[key].is_object()) return false;
+        args = nlohmann::ordered_json::parse(json_text)[key].dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
     }
-    if (!object.is_object()) return false;
+    if (key && j[key].is_string())
+        args = nlohmann::ordered_json::parse(args).dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
     call.name = j["name"].get<std::string>();
-    call.arguments = dump_json(object);
+    call.arguments = std::move(args);
     return true;
 }
 
@@ -83,7 +88,25 @@ private:
 
 }  // namespace
 
+void ToolCallStream::feed_whole_reply(std::string_view text, std::string& content) {
+    ContentWriter writer(content, held_ws_, started_);
+    if (decided_ && !whole_call_) return writer.write(text);
+    held_.append(text);
+    if (!decided_) {
+        size_t first = 0;
+        while (first < held_.size() && is_space(held_[first])) ++first;
+        if (first == held_.size()) return;  // only whitespace so far
+        decided_ = true;
+        whole_call_ = held_[first] == '{';
+    }
+    if (whole_call_ && held_.size() <= kMaxBlockBytes) return;  // held to the end of the reply
+    whole_call_ = false;
+    writer.write(held_);
+    held_.clear();
+}
+
 void ToolCallStream::feed(std::string_view text, std::string& content, std::vector<ToolCallOut>& calls) {
+    if (syntax_ == ToolCallSyntax::WholeReply) return feed_whole_reply(text, content);
     held_.append(text);
     ContentWriter writer(content, held_ws_, started_);
     while (!held_.empty()) {
@@ -119,17 +142,26 @@ void ToolCallStream::feed(std::string_view text, std::string& content, std::vect
     }
 }
 
-void ToolCallStream::flush(std::string& content) {
+void ToolCallStream::flush(std::string& content, std::vector<ToolCallOut>& calls) {
     ContentWriter writer(content, held_ws_, started_);
+    if (whole_call_) {
+        whole_call_ = false;
+        ToolCallOut call;
+        if (read_call(held_, call)) {
+            call.id = "call_" + std::to_string(next_id_++);
+            calls.push_back(std::move(call));
+            held_.clear();
+        }
+    }
     writer.write(held_);
     held_.clear();
     held_ws_.clear();  // trailing whitespace is trimmed
 }
 
-void parse_tool_calls(std::string_view reply, std::string& content, std::vector<ToolCallOut>& calls) {
-    ToolCallStream stream;
+void parse_tool_calls(std::string_view reply, std::string& content, std::vector<ToolCallOut>& calls, ToolCallSyntax syntax) {
+    ToolCallStream stream(syntax);
     stream.feed(reply, content, calls);
-    stream.flush(content);
+    stream.flush(content, calls);
 }
 
 }  // namespace specd

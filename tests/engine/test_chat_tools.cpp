@@ -118,7 +118,7 @@ TEST_CASE("chat tools: Qwen2.5's template is recognised as the <tool_call> forma
         ChatTemplate::by_name("llama3").render_with_tools(std::span<const ChatMessage>(&hi, 1), {});
         FAIL("no error");
     } catch (const Error& e) {
-        CHECK(std::string(e.what()) == "the model's chat template (llama3) has no tool format specd renders (supported: Qwen2.5's <tool_call> template)");
+        CHECK(std::string(e.what()) == "the model's chat template (llama3) has no tool format specd renders (supported: Qwen2.5's <tool_call> template, Llama 3.1's JSON calls)");
     }
 }
 
@@ -154,5 +154,47 @@ TEST_CASE("chat tools: Qwen2.5 conversations with tools render exactly as its Ji
     for (const ordered_json& request : requests) {
         INFO(request.dump());
         CHECK(specd_render(t, request) == jinja_render(name, request));
+    }
+}
+
+TEST_CASE("chat tools: Llama 3.1's and 3.2's templates are the JSON call format, and their conversations with tools render exactly as "
+          "their Jinja does", "[chat_template][tools]") {
+    const ordered_json call = {{"type", "function"}, {"function", {{"name", "get_weather"}, {"arguments", {{"city", "Zürich"}, {"unit", "c"}}}}}};
+    const ordered_json nested = {{"type", "function"}, {"function", {{"name", "plan"}, {"description", "Plans \"a trip\"\n\tnow."},
+        {"parameters", {{"type", "object"}, {"properties", {{"stops", {{"type", "array"}, {"items", {{"type", "string"}}}}},
+                                                              {"opts", {{"type", "object"}, {"properties", ordered_json::object()}}}}},
+                        {"required", ordered_json::array()}}}}}};
+    for (const std::string name : {"meta-llama-Llama-3.1-8B-Instruct.jinja", "meta-llama-Llama-3.2-3B-Instruct.jinja"}) {
+        const std::string text = read_template(name);
+        if (text.empty()) return;
+        const ChatTemplate t = ChatTemplate::from_gguf_template(text);
+        REQUIRE(t.tool_format() == ChatTemplate::ToolFormat::Llama3Json);
+        const std::vector<ordered_json> requests = {
+            // tools open the first user turn; no system message
+            {{"messages", {{{"role", "user"}, {"content", "  Weather in Zürich?\n"}}}}, {"tools", {kWeatherTool, kTimeTool, nested}}},
+            // a system message, a call, its result (quoted as JSON), the answer, a new question
+            {{"messages", {{{"role", "system"}, {"content", " Be brief. "}}, {{"role", "user"}, {"content", "Weather?"}},
+                           {{"role", "assistant"}, {"content", ""}, {"tool_calls", {call}}},
+                           {{"role", "tool"}, {"content", "{\"temp\": 3, \"sky\": \"clear\\n\"}"}},
+                           {{"role", "assistant"}, {"content", "3 °C."}}, {{"role", "user"}, {"content", "Thanks!\u00a0"}}}},
+             {"tools", {kWeatherTool}}},
+            // tool turns without tool definitions; no generation prompt
+            {{"messages", {{{"role", "user"}, {"content", "a"}}, {{"role", "assistant"}, {"content", ""}, {"tool_calls", {call}}},
+                           {{"role", "tool"}, {"content", "noon"}}}},
+             {"add_generation_prompt", false}},
+            // no tools at all: the date header still opens the system turn
+            {{"messages", {{{"role", "user"}, {"content", "hi"}}}}},
+        };
+        for (const ordered_json& request : requests) {
+            INFO(name << ": " << request.dump());
+            CHECK(specd_render(t, request) == jinja_render(name, request));
+        }
+        // What the template refuses, refused: two calls in a turn, tools with no user turn to open.
+        const ChatMessage two{"assistant", "", {{"a", "{}"}, {"b", "{}"}}};
+        const std::vector<ChatMessage> msgs = {{"user", "x"}, two};
+        CHECK_THROWS_WITH(t.render_with_tools(msgs, {}), Catch::Contains("one tool call per assistant message"));
+        const std::vector<ChatMessage> sys = {{"system", "x"}};
+        const std::vector<std::string> tools = {py_dumps(kTimeTool)};
+        CHECK_THROWS_WITH(t.render_with_tools(sys, tools), Catch::Contains("first user message"));
     }
 }

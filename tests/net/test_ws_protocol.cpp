@@ -22,9 +22,12 @@ using nlohmann::json;
 
 namespace {
 
-std::string plain_transcript(const void*, const std::vector<std::pair<std::string, std::string>>& messages) {
+std::string plain_transcript(const void*, const std::vector<ChatMessage>& messages, const std::vector<std::string>& tools,
+                             ChatTemplate::ToolFormat& tool_format) {
+    tool_format = ChatTemplate::ToolFormat::None;
+    if (!tools.empty()) throw ApiError{400, "invalid_request", "this test's transcript has no tool format", "tools"};
     std::string out;
-    for (const auto& [role, content] : messages) out += role + ": " + content + "\n";
+    for (const ChatMessage& m : messages) out += m.role + ": " + m.content + "\n";
     return out;
 }
 
@@ -125,7 +128,7 @@ TEST_CASE("interpret_ws_message: generate, cancel, and the checks on type, id an
     CHECK(json::parse(too_long.frame)["id"].is_null());  // not echoed
 }
 
-TEST_CASE("parse_generation: chat messages as SDKs send them: text parts, developer, assistant content null; tools refused", "[net][api]") {
+TEST_CASE("parse_generation: chat messages as SDKs send them: text parts, developer, assistant content null, tool turns", "[net][api]") {
     const auto chat = [](const std::string& messages) {
         return parse_generation(parse_json(R"({"messages":)" + messages + "}"), ApiKind::Chat, kLimits, plain_transcript, nullptr);
     };
@@ -133,11 +136,28 @@ TEST_CASE("parse_generation: chat messages as SDKs send them: text parts, develo
                                  R"({"role":"user","content":[{"type":"text","text":"Hello, "},{"type":"text","text":"world"}]},)"
                                  R"({"role":"assistant","content":null},{"role":"user","content":"again"}])");
     REQUIRE(r.messages.size() == 4);
-    CHECK(r.messages[0] == std::pair<std::string, std::string>{"system", "Be brief."});
-    CHECK(r.messages[1].second == "Hello, world");
-    CHECK(r.messages[2] == std::pair<std::string, std::string>{"assistant", ""});
+    CHECK(r.messages[0].role == "system");
+    CHECK(r.messages[0].content == "Be brief.");
+    CHECK(r.messages[1].content == "Hello, world");
+    CHECK(r.messages[2].role == "assistant");
+    CHECK(r.messages[2].content.empty());
     CHECK(r.request.max_tokens == kLimits.max_tokens_limit);  // chat: until the answer or the context ends
-    CHECK(http_error(R"({"messages":[{"role":"tool","content":"42","tool_call_id":"c1"}]})", ApiKind::Chat).param == "messages");
+    // Tool turns parse (the transcript renderer here ignores their calls).
+    const ParsedRequest t = chat(R"([{"role":"user","content":"weather?"},)"
+                                 R"({"role":"assistant","content":null,"tool_calls":[{"id":"call_0","type":"function",)"
+                                 R"("function":{"name":"get_weather","arguments":"{\"city\":\"Paris\",\"days\":[1, 2]}"}}]},)"
+                                 R"({"role":"tool","tool_call_id":"call_0","content":"sunny"}])");
+    REQUIRE(t.messages.size() == 3);
+    REQUIRE(t.messages[1].tool_calls.size() == 1);
+    CHECK(t.messages[1].tool_calls[0].name == "get_weather");
+    CHECK(t.messages[1].tool_calls[0].arguments == R"({"city": "Paris", "days": [1, 2]})");  // as the template's tojson writes it
+    CHECK(t.messages[2].role == "tool");
+    CHECK(t.messages[2].content == "sunny");
+    CHECK_FALSE(t.tool_calls);  // no tools offered: the reply is text
+    CHECK_THAT(http_error(R"({"messages":[{"role":"assistant","tool_calls":[{"type":"function","function":{"name":"f","arguments":"{oops"}}]}]})",
+                          ApiKind::Chat).message, Catch::Contains("not JSON"));
+    CHECK(http_error(R"({"messages":[{"role":"user","content":"x","tool_calls":[]}]})", ApiKind::Chat).param == "messages");
+    CHECK(http_error(R"({"messages":[{"role":"function","name":"f","content":"x"}]})", ApiKind::Chat).message.find("deprecated") != std::string::npos);
     CHECK(http_error(R"({"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}]})", ApiKind::Chat)
               .message.find("image_url") != std::string::npos);
     CHECK(http_error(R"({"messages":[{"role":"user","content":[]}]})", ApiKind::Chat).param == "messages");
@@ -145,8 +165,7 @@ TEST_CASE("parse_generation: chat messages as SDKs send them: text parts, develo
 }
 
 TEST_CASE("parse_generation: a parameter specd does not implement is refused naming it; its off value is accepted", "[net][api]") {
-    for (const char* param : {R"("echo":true)", R"("suffix":"end")", R"("best_of":2)",
-                              R"("tools":[{"type":"function","function":{"name":"f"}}])", R"("tool_choice":"required")"}) {
+    for (const char* param : {R"("echo":true)", R"("suffix":"end")", R"("best_of":2)"}) {
         const std::string body = std::string(R"({"prompt":"x",)") + param + "}";
         const ApiError e = http_error(body, ApiKind::Completion);
         INFO(body);

@@ -223,21 +223,38 @@ async function main() {
             }
             return "4 refused";
         }],
-        ["parameters specd does not implement are refused with a 400 naming them, never ignored", async () => {
+        ["tools, tool_choice, parallel_tool_calls: honoured where the template has a tool format; on this plain one a 400 names tools and the template, tool_choice none drops them", async () => {
             assert(model, "needs models.list");
-            const refused = [];
-            for (const [param, value] of [
-                                          ["tools", [{ type: "function", function: { name: "f", parameters: {} } }]], ["tool_choice", "required"]]) {
+            // The tool-calling path itself (Qwen2.5's template, calls parsed and
+            // streamed, required enforced) is tests/net/test_server_tools.cpp.
+            const tools = [{ type: "function", function: { name: "get_weather", description: "The weather in a city.",
+                                                           parameters: { type: "object", properties: { city: { type: "string" } }, required: ["city"] } } }];
+            const refusedWith = async (params, param, says) => {
                 try {
-                    await client.chat.completions.create({ model, ...CHAT, [param]: value });
-                    throw new Error(`${param} was accepted`);
+                    await client.chat.completions.create({ model, ...CHAT, ...params });
                 } catch (e) {
                     if (!(e instanceof APIError) || e.status !== 400) throw e;
-                    assert(e.param === param || (e.error && e.error.param === param), `${param}: the error names ${e.param}`);
-                    refused.push(param);
+                    assert(e.param === param || (e.error && e.error.param === param), `${JSON.stringify(params).slice(0, 80)}: the error names ${e.param}, want ${param}`);
+                    assert(e.message.includes(says), `the message ${JSON.stringify(e.message)} does not say ${JSON.stringify(says)}`);
+                    return;
                 }
-            }
-            return `${refused.length} refused: ${refused.join(", ")}`;
+                throw new Error(`${JSON.stringify(params).slice(0, 80)} was accepted`);
+            };
+            await refusedWith({ tools }, "tools", "template is plain");
+            await refusedWith({ tools, tool_choice: "required" }, "tools", "tool format");
+            await refusedWith({ tools, tool_choice: { type: "function", function: { name: "get_time" } } }, "tool_choice", "not in tools");
+            await refusedWith({ tools, tool_choice: "always" }, "tool_choice", "tool_choice");
+            await refusedWith({ tool_choice: "required" }, "tool_choice", "needs tools");
+            await refusedWith({ tools, parallel_tool_calls: "no" }, "parallel_tool_calls", "true or false");
+            await refusedWith({ functions: [{ name: "f", parameters: {} }] }, "functions", "deprecated");
+            await refusedWith({ messages: [{ role: "user", content: "x" }, { role: "tool", tool_call_id: "call_0", content: "42" }] }, "messages", "tool format");
+            // tool_choice "none": the tools are left out of a template without a tool format; the reply is the plain chat's.
+            const plain = await client.chat.completions.create({ model, ...CHAT });
+            const none = await client.chat.completions.create({ model, ...CHAT, tools, tool_choice: "none", parallel_tool_calls: false });
+            assert(none.choices[0].message.content === plain.choices[0].message.content && !none.choices[0].message.tool_calls,
+                   `tool_choice none: ${show(none.choices[0].message.content)} vs ${show(plain.choices[0].message.content)}`);
+            assert(none.choices[0].finish_reason === plain.choices[0].finish_reason, `finish ${none.choices[0].finish_reason}`);
+            return `8 refused naming their field; tool_choice none answers as plain chat (${show(none.choices[0].message.content)})`;
         }],
         ["chat.completions.create", async () => {
             assert(model, "needs models.list");
