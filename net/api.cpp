@@ -141,7 +141,14 @@ void refuse_unsupported(const json& body) {
     const auto empty = [](const json& v) { return (v.is_array() || v.is_object() || v.is_string()) && v.empty(); };
     off("echo", is_false);
     off("suffix", empty);
-    off("best_of", [](const json& v) { return v.is_number_integer() && v.get<int64_t>() == 1; });
+    // best_of = n returns every choice; ranking more than n by likelihood is not implemented.
+    if (const json* v = given(body, "best_of")) {
+        const json* n = given(body, "n");
+        const int64_t n_choices = n && n->is_number_integer() ? n->get<int64_t>() : 1;
+        if (!(v->is_number_integer() && v->get<int64_t>() == n_choices))
+            bad("best_of", "best_of other than n (" + std::to_string(n_choices) +
+                               ") is not supported: ranking more candidates than are returned is not implemented");
+    }
     // The deprecated spellings of tools and tool_choice (net/tool_request.h
     // reads the current ones).
     const auto deprecated = [&](const char* key, auto is_off) {
@@ -451,7 +458,16 @@ ParsedRequest parse_generation(const json& body, ApiKind kind, const RequestLimi
         if (top > 0 && !wanted) bad("top_logprobs", "top_logprobs needs logprobs: true");
         if (wanted) r.sampling.logprobs = top;
     }
-    if (const json* v = given(body, "n"); v && !(v->is_number_integer() && v->get<int64_t>() == 1)) bad("n", "only n = 1 is supported");
+    if (const json* v = given(body, "n")) {
+        // Choices beyond the first share the prompt's KV blocks through the
+        // prefix cache; each samples on its own (with a seed, choice i uses seed + i).
+        if (kind == ApiKind::WebSocket) {
+            if (!(v->is_number_integer() && v->get<int64_t>() == 1))
+                bad("n", "n > 1 is served on /v1/completions and /v1/chat/completions; a WebSocket generation has one choice");
+        } else {
+            out.n = static_cast<int32_t>(integer(*v, "n", 1, kMaxChoices));
+        }
+    }
     if (const json* v = given(body, "stop")) {
         // A string or an array of strings (OpenAI: up to 4; llama-server more).
         const auto add = [&](const json& s) {
@@ -615,7 +631,8 @@ void append_json_string(std::string& out, std::string_view s) {
     out += '"';
 }
 
-std::string content_chunk_json(bool chat, const std::string& id, const std::string& model, int64_t created, const std::string& text) {
+std::string content_chunk_json(bool chat, const std::string& id, const std::string& model, int64_t created, const std::string& text,
+                               int index) {
     std::string out;
     out.reserve(128 + id.size() + model.size() + text.size());
     out += R"({"id":)";
@@ -626,7 +643,9 @@ std::string content_chunk_json(bool chat, const std::string& id, const std::stri
     append_json_string(out, model);
     out += R"(,"system_fingerprint":)";
     append_json_string(out, kSystemFingerprint);
-    out += chat ? R"(,"choices":[{"index":0,"delta":{"content":)" : R"(,"choices":[{"index":0,"text":)";
+    out += R"(,"choices":[{"index":)";
+    out += std::to_string(index);
+    out += chat ? R"(,"delta":{"content":)" : R"(,"text":)";
     append_json_string(out, text);
     out += chat ? R"(},"logprobs":null,"finish_reason":null}]})" : R"(,"logprobs":null,"finish_reason":null}]})";
     return out;

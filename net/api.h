@@ -42,7 +42,12 @@ struct ParsedRequest {
     // a reply it stopped gets the tag back before its calls are read.
     bool tool_call_stop = false;
     ToolCallSyntax tool_syntax = ToolCallSyntax::TaggedBlocks;  // how the template's calls read (net/tool_calls.h)
+    int32_t n = 1;                      // choices (OpenAI's n, 1..kMaxChoices; HTTP only)
 };
+
+// Most choices one request may ask for (OpenAI allows 128; each is a
+// generation of its own, admitted for its KV blocks like any request).
+inline constexpr int32_t kMaxChoices = 16;
 
 // OpenAI's system_fingerprint on every response and chunk: which backend
 // build produced it (with `seed`, the same fingerprint means the same text).
@@ -127,7 +132,9 @@ void append_json_string(std::string& out, std::string_view s);
 // event): equal, as JSON, to chat_chunk(id, model, created, nullptr, &text, "")
 // when chat, else to completion_chunk(id, model, created, text, ""); keys in
 // OpenAI's order.
-std::string content_chunk_json(bool chat, const std::string& id, const std::string& model, int64_t created, const std::string& text);
+// `index`: the choice's (n > 1).
+std::string content_chunk_json(bool chat, const std::string& id, const std::string& model, int64_t created, const std::string& text,
+                               int index = 0);
 
 // WebSocket frames. A token frame of a request that asked for logprobs
 // (`piece` given, e.logprobs not empty) adds "logprobs": chat's per-token

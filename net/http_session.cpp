@@ -49,7 +49,7 @@ public:
     HttpSession(tcp::socket&& socket, std::shared_ptr<ServerState> state)
         : stream_(std::move(socket)), state_(std::move(state)), metrics_wait_(stream_.get_executor()) {}
     ~HttpSession() {
-        if (generation_) state_->runtime.cancel(generation_);
+        cancel_choices();
         if (!upgraded_) --state_->connections;
     }
 
@@ -58,6 +58,16 @@ public:
     }
 
 private:
+    // One choice of a generation (OpenAI's n): its own runtime request.
+    struct Choice {
+        session_actor generation;                 // while it runs
+        std::optional<generate_request> waiting;  // not submitted yet (start_waiting_choices)
+        std::string text;                         // not streamed: the reply so far
+        token_event all;                          // not streamed, logprobs asked: every token so far with its figures and its text
+        std::optional<SseStream> sse;             // streamed (OpenAI shapes): this choice's chunks
+        std::optional<done_event> done;           // its end
+    };
+
     void do_read() {
         parser_.emplace();
         parser_->body_limit(state_->opt.max_body_bytes);
@@ -133,41 +143,98 @@ private:
         llama_ = std::move(llama);
         tokens_.clear();
         llama_started_ = false;
+        head_sent_ = false;
+        answered_ = false;
         stream_mode_ = parsed.stream;
         created_ = unix_now();
         const auto micros = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now().time_since_epoch());
         id_ = std::string(chat ? "chatcmpl-" : "cmpl-") + std::to_string(state_->metrics.http_requests()) + "-" +
               std::to_string(micros.count() % 1000000000);
         model_ = state_->runtime.model_name();
-        if (stream_mode_ && !llama_) sse_.emplace(chat, id_, model_, created_, parsed.include_usage);
         tool_calls_ = parsed.tool_calls;
         tool_call_stop_ = parsed.tool_call_stop;
         tool_syntax_ = parsed.tool_syntax;
-        if (sse_ && tool_calls_) sse_->parse_tool_calls(tool_call_stop_, tool_syntax_);
-        all_ = token_event{};
         logprobs_asked_ = parsed.request.sampling.logprobs >= 0;
         parsed.request.id = id_;
+        const int32_t n = llama_ ? 1 : std::max(1, parsed.n);
+        choices_.clear();
+        choices_.resize(static_cast<size_t>(n));
+        for (int32_t i = 0; i < n; ++i) {
+            Choice& c = choices_[static_cast<size_t>(i)];
+            if (stream_mode_ && !llama_) {
+                c.sse.emplace(chat, id_, model_, created_, parsed.include_usage, i);
+                if (tool_calls_) c.sse->parse_tool_calls(tool_call_stop_, tool_syntax_);
+            }
+            if (i == 0) continue;
+            // Each choice samples on its own: a seeded request's choice i
+            // races with seed + i (never the value that means "random").
+            c.waiting = parsed.request;
+            SamplingParams& s = c.waiting->sampling;
+            if (s.coupled && s.seed != kRandomSeed) {
+                s.seed += static_cast<uint64_t>(i);
+                if (s.seed == kRandomSeed) s.seed += static_cast<uint64_t>(n);
+            }
+        }
+        ++generation_serial_;
+        timing_ = GenerationTiming();  // each generation on a keep-alive connection has its own first token
+        submit_choice(0, std::move(parsed.request));
+        watch_disconnect();
+    }
+
+    // Starts choice i on the runtime; its events come back to this
+    // connection's strand, dropped there if they belong to an earlier
+    // generation of the connection.
+    void submit_choice(size_t i, generate_request request) {
         std::weak_ptr<HttpSession> weak = weak_from_this();
         const asio::any_io_executor strand = stream_.get_executor();
         std::shared_ptr<ServerState> state = state_;  // outlives the connection and the Server object
+        const uint64_t serial = generation_serial_;
         RuntimeCallbacks cb;
-        cb.on_token = [state, strand, weak](const token_event& e) {
-            state->post_to(strand, weak, [e](HttpSession& s) { s.on_token(e); });
+        cb.on_token = [state, strand, weak, i, serial](const token_event& e) {
+            state->post_to(strand, weak, [e, i, serial](HttpSession& s) {
+                if (serial == s.generation_serial_) s.on_token(i, e);
+            });
         };
         // Counted here, not on the strand: the connection may be gone already.
-        cb.on_done = [state, strand, weak](const done_event& d) {
+        cb.on_done = [state, strand, weak, i, serial](const done_event& d) {
             state->generation_done(d, "http", d.id);
-            state->post_to(strand, weak, [d](HttpSession& s) { s.on_done(d); });
+            state->post_to(strand, weak, [d, i, serial](HttpSession& s) {
+                if (serial == s.generation_serial_) s.on_done(i, d);
+            });
         };
-        cb.on_error = [state, strand, weak](const error_event& e) {
+        cb.on_error = [state, strand, weak, i, serial](const error_event& e) {
             state->generation_failed(e, "http", e.id);
-            state->post_to(strand, weak, [e](HttpSession& s) { s.on_error(e); });
+            state->post_to(strand, weak, [e, i, serial](HttpSession& s) {
+                if (serial == s.generation_serial_) s.on_error(i, e);
+            });
         };
         ++state_->active_generations;
-        ++generation_serial_;
-        timing_ = GenerationTiming();  // each generation on a keep-alive connection has its own first token
-        generation_ = state_->runtime.submit(std::move(parsed.request), std::move(cb));
-        watch_disconnect();
+        choices_[i].generation = state_->runtime.submit(std::move(request), std::move(cb));
+    }
+
+    // n > 1: the choices after the first start once the first has its
+    // prompt in the KV cache (its first token, or its end): the prefix cache
+    // then hands them the prompt's blocks, so the prompt is computed once.
+    void start_waiting_choices() {
+        for (size_t i = 1; i < choices_.size(); ++i) {
+            if (!choices_[i].waiting) continue;
+            generate_request request = std::move(*choices_[i].waiting);
+            choices_[i].waiting.reset();
+            submit_choice(i, std::move(request));
+        }
+    }
+
+    bool generating() const {
+        for (const Choice& c : choices_)
+            if (c.generation) return true;
+        return false;
+    }
+
+    void cancel_choices() {
+        for (Choice& c : choices_) {
+            c.waiting.reset();
+            if (c.generation) state_->runtime.cancel(c.generation);
+        }
     }
 
     // Watches the socket while a generation runs (no read is pending then):
@@ -178,7 +245,7 @@ private:
         auto self = shared_from_this();
         const uint64_t watched = generation_serial_;
         stream_.socket().async_wait(tcp::socket::wait_read, [self, watched](beast::error_code ec) {
-            if (!self->generation_ || watched != self->generation_serial_) return;
+            if (!self->generating() || watched != self->generation_serial_) return;
             char probe;
             beast::error_code rec;
             size_t n = 0;
@@ -188,18 +255,31 @@ private:
             }
             if (!ec && rec == asio::error::would_block) return self->watch_disconnect();  // spurious wake-up
             if (!ec && !rec && n > 0) return;  // the client sent more (a pipelined request): still there
-            self->state_->runtime.cancel(self->generation_);
+            self->cancel_choices();
             self->client_gone_ = true;
         });
     }
 
-    void on_token(const token_event& e) {
-        timing_.on_tokens(state_->metrics, e.tokens.size());
+    // A streamed response's bytes before choice c's first chunk: the head
+    // (with the first choice to speak) and the choice's role chunk.
+    std::string open_stream(Choice& c) {
+        if (head_sent_) return c.sse->open_choice();
+        head_sent_ = true;
+        return c.sse->start(keep_alive_, cors_lines());
+    }
+
+    void on_token(size_t i, const token_event& e) {
+        if (answered_) return;
+        Choice& c = choices_[i];
+        if (i == 0) {
+            timing_.on_tokens(state_->metrics, e.tokens.size());
+            start_waiting_choices();
+        }
         if (!stream_mode_ && logprobs_asked_) {
-            append_token_event(all_, e);  // the whole run's figures go in the one response (its text in all_.text)
+            append_token_event(c.all, e);  // the whole run's figures go in the one response (its text in all.text)
             return;
         }
-        text_ += e.text;
+        c.text += e.text;
         if (llama_) {
             tokens_.insert(tokens_.end(), e.tokens.begin(), e.tokens.end());
             if (!stream_mode_) return;
@@ -208,18 +288,65 @@ private:
             return queue_raw(std::move(bytes));
         }
         if (!stream_mode_) return;
-        std::string bytes = sse_->start(keep_alive_, cors_lines());
-        bytes += sse_->tokens(e, token_piece());
+        std::string bytes = open_stream(c);
+        bytes += c.sse->tokens(e, token_piece());
         if (!bytes.empty()) queue_raw(std::move(bytes));
     }
 
-    void on_done(const done_event& d) {
-        generation_ = session_actor();
-        if (client_gone_) return shutdown();
+    // The whole (non-streamed) response of choice i alone, as n = 1 answers it.
+    nlohmann::json choice_response(size_t i) {
+        Choice& c = choices_[i];
+        const done_event& d = *c.done;
+        nlohmann::json logprobs = nullptr;
+        if (logprobs_asked_) {
+            logprobs = chat_ ? chat_logprobs_json(c.all, token_piece()) : completion_logprobs_json(c.all, token_piece(), 0);
+            c.text = std::move(c.all.text);
+        }
+        std::vector<ToolCallOut> calls;
+        if (chat_ && tool_calls_) {
+            // The reply's <tool_call> blocks become tool_calls, the rest the content.
+            if (tool_call_stop_ && d.stop_word == kToolCallClose) c.text += kToolCallClose;
+            std::string content;
+            parse_tool_calls(c.text, content, calls, tool_syntax_);
+            c.text = std::move(content);
+        }
+        return chat_ ? chat_response(id_, model_, created_, c.text, d, logprobs, calls)
+                     : completion_response(id_, model_, created_, c.text, d, logprobs);
+    }
+
+    // Usage of the whole response: the prompt once (the choices share it),
+    // every choice's completion tokens.
+    nlohmann::json total_usage() const {
+        nlohmann::json usage = usage_json(*choices_[0].done);
+        int64_t completion = 0;
+        for (const Choice& c : choices_) completion += c.done->completion_tokens;
+        usage["completion_tokens"] = completion;
+        usage["total_tokens"] = completion + choices_[0].done->prompt_tokens;
+        return usage;
+    }
+
+    void on_done(size_t i, const done_event& d) {
+        if (answered_) return;
+        Choice& c = choices_[i];
+        c.generation = session_actor();
+        c.done = d;
+        if (client_gone_) {
+            answered_ = true;
+            cancel_choices();
+            return shutdown();
+        }
+        if (i == 0) start_waiting_choices();  // (it ended before its first token)
+        for (const Choice& other : choices_)
+            if (!other.done) {
+                // Streamed, this choice's last chunks go out now; the response ends with the last choice.
+                if (stream_mode_ && !llama_) queue_raw(open_stream(c) + c.sse->finish(d));
+                return;
+            }
+        answered_ = true;
         if (llama_) {
             if (!stream_mode_) {
                 const std::vector<int32_t> none;
-                return reply(200, dump_json(llama_completion_response(*llama_, model_, text_, llama_->return_tokens ? tokens_ : none, d)),
+                return reply(200, dump_json(llama_completion_response(*llama_, model_, c.text, llama_->return_tokens ? tokens_ : none, d)),
                              "application/json");
             }
             // The last event: the whole answer without the text and ids already streamed.
@@ -231,32 +358,28 @@ private:
             return;
         }
         if (stream_mode_) {
-            std::string bytes = sse_->start(keep_alive_, cors_lines());
-            bytes += sse_->done(d);
+            std::string bytes = open_stream(c);
+            bytes += c.sse->finish(d);
+            bytes += c.sse->end(total_usage());
             queue_raw(std::move(bytes));
             finish_stream_ = true;
             return;
         }
-        nlohmann::json logprobs = nullptr;
-        if (logprobs_asked_) {
-            logprobs = chat_ ? chat_logprobs_json(all_, token_piece()) : completion_logprobs_json(all_, token_piece(), 0);
-            text_ = std::move(all_.text);
+        nlohmann::json body = choice_response(0);
+        for (size_t k = 1; k < choices_.size(); ++k) {
+            nlohmann::json choice = std::move(choice_response(k)["choices"][0]);
+            choice["index"] = k;
+            body["choices"].push_back(std::move(choice));
         }
-        std::vector<ToolCallOut> calls;
-        if (chat_ && tool_calls_) {
-            // The reply's <tool_call> blocks become tool_calls, the rest the content.
-            if (tool_call_stop_ && d.stop_word == kToolCallClose) text_ += kToolCallClose;
-            std::string content;
-            parse_tool_calls(text_, content, calls, tool_syntax_);
-            text_ = std::move(content);
-        }
-        const nlohmann::json body = chat_ ? chat_response(id_, model_, created_, text_, d, logprobs, calls)
-                                          : completion_response(id_, model_, created_, text_, d, logprobs);
+        if (choices_.size() > 1) body["usage"] = total_usage();
         reply(200, dump_json(body), "application/json");
     }
 
-    void on_error(const error_event& e) {
-        generation_ = session_actor();
+    void on_error(size_t i, const error_event& e) {
+        if (answered_) return;
+        choices_[i].generation = session_actor();
+        answered_ = true;
+        cancel_choices();  // the other choices of a failed request go too
         if (client_gone_) return shutdown();
         const int status = status_for_error_code(e.code);
         if (stream_mode_ && llama_ && llama_started_) {
@@ -266,8 +389,8 @@ private:
             finish_stream_ = true;
             return;
         }
-        if (stream_mode_ && !llama_ && sse_->started()) {
-            queue_raw(sse_->error(ApiError{status, e.code, e.message, ""}));
+        if (stream_mode_ && !llama_ && head_sent_) {
+            queue_raw(choices_[i].sse->error(ApiError{status, e.code, e.message, ""}));
             finish_stream_ = true;
             return;
         }
@@ -302,7 +425,7 @@ private:
     void on_raw_write(beast::error_code ec, size_t) {
         if (ec) {
             out_.clear();
-            if (generation_) state_->runtime.cancel(generation_);
+            cancel_choices();
             client_gone_ = true;
             return;
         }
@@ -311,9 +434,8 @@ private:
         if (finish_stream_) {
             finish_stream_ = false;
             stream_mode_ = false;
-            sse_.reset();
+            choices_.clear();
             if (!keep_alive_) return shutdown();
-            text_.clear();
             do_read();
         }
     }
@@ -342,7 +464,7 @@ private:
         if (head_) res->body().clear();
         http::async_write(stream_, *res, [self = shared_from_this(), res](beast::error_code ec, size_t) {
             if (ec || !self->keep_alive_) return self->shutdown();
-            self->text_.clear();
+            self->choices_.clear();
             self->do_read();
         });
     }
@@ -376,16 +498,17 @@ private:
     http::request<http::string_body> req_;
     bool keep_alive_ = true;
     bool upgraded_ = false;
-    // The generation in progress on this connection.
-    session_actor generation_;
-    uint64_t generation_serial_ = 0;  // bumped per generation (stale disconnect watches compare it)
+    // The generation in progress on this connection: one runtime request per
+    // choice (OpenAI's n; Choice above).
+    std::vector<Choice> choices_;     // (n) empty between generations
+    bool head_sent_ = false;          // streamed: the response head is out
+    bool answered_ = false;           // the response is complete or failed: the choices' later events are dropped
+    uint64_t generation_serial_ = 0;  // bumped per generation (stale disconnect watches and events compare it)
     bool chat_ = false, stream_mode_ = false, finish_stream_ = false, client_gone_ = false;
     bool head_ = false;               // the request is HEAD: reply() sends no body
-    std::optional<SseStream> sse_;    // the streamed response in progress (OpenAI shapes)
     std::optional<LlamaCompletionShape> llama_;  // answering POST /completion (llama-server's shapes)
     std::vector<int32_t> tokens_;     // /completion: the ids generated so far
     bool llama_started_ = false;      // /completion, streamed: the head is out
-    token_event all_;                 // not streamed, logprobs asked: every token so far with its figures and its text
     bool logprobs_asked_ = false;     // the request asked for logprobs (the response then carries the object, even empty)
     bool tool_calls_ = false;         // chat with tools: the reply's <tool_call> blocks become tool_calls (ParsedRequest::tool_calls)
     bool tool_call_stop_ = false;     // ParsedRequest::tool_call_stop
@@ -396,7 +519,7 @@ private:
         const Tokenizer* tok = &state_->runtime.tokenizer();
         return [tok](int32_t id) { return tok->token_to_piece(id, true); };
     }
-    std::string id_, model_, text_;
+    std::string id_, model_;
     int64_t created_ = 0;
     GenerationTiming timing_;
     std::deque<std::string> out_;     // raw bytes to write (a streamed response); the front is being written

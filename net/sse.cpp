@@ -24,35 +24,42 @@ std::string sse_head(bool keep_alive, const std::string& cors_lines) {
            std::string(keep_alive ? "keep-alive" : "close") + "\r\n" + cors_lines + "\r\n";
 }
 
-SseStream::SseStream(bool chat, std::string id, std::string model, int64_t created, bool include_usage)
-    : chat_(chat), id_(std::move(id)), model_(std::move(model)), created_(created), include_usage_(include_usage) {}
+SseStream::SseStream(bool chat, std::string id, std::string model, int64_t created, bool include_usage, int index)
+    : chat_(chat), id_(std::move(id)), model_(std::move(model)), created_(created), include_usage_(include_usage), index_(index) {}
+
+std::string SseStream::event(json chunk) const {
+    if (index_ != 0) chunk["choices"][0]["index"] = index_;
+    return sse_event(dump_json(chunk));
+}
 
 std::string SseStream::start(bool keep_alive, const std::string& cors_lines) {
     if (started_) return "";
+    return sse_head(keep_alive, cors_lines) + open_choice();
+}
+
+std::string SseStream::open_choice() {
+    if (started_) return "";
     started_ = true;
-    std::string out = sse_head(keep_alive, cors_lines);
-    if (chat_) {
-        const std::string role = "assistant";
-        out += sse_event(dump_json(chat_chunk(id_, model_, created_, &role, nullptr, "")));
-    }
-    return out;
+    if (!chat_) return "";
+    const std::string role = "assistant";
+    return event(chat_chunk(id_, model_, created_, &role, nullptr, ""));
 }
 
 std::string SseStream::content(const std::string& text) const {
     if (text.empty()) return "";
-    return sse_event(content_chunk_json(chat_, id_, model_, created_, text));
+    return sse_event(content_chunk_json(chat_, id_, model_, created_, text, index_));
 }
 
 std::string SseStream::release(const std::string& content, const std::vector<ToolCallOut>& calls, const json& logprobs) {
     std::string out;
     if (!content.empty() || !logprobs.is_null()) {
         out += logprobs.is_null() ? this->content(content)
-                                  : sse_event(dump_json(chat_chunk(id_, model_, created_, nullptr, content.empty() ? nullptr : &content, "", logprobs)));
+                                  : event(chat_chunk(id_, model_, created_, nullptr, content.empty() ? nullptr : &content, "", logprobs));
     }
     if (!calls.empty()) {
         json chunk = chat_chunk(id_, model_, created_, nullptr, nullptr, "");
         chunk["choices"][0]["delta"]["tool_calls"] = tool_calls_json(calls, calls_.calls_made() - static_cast<int>(calls.size()));
-        out += sse_event(dump_json(chunk));
+        out += event(std::move(chunk));
     }
     return out;
 }
@@ -69,12 +76,13 @@ std::string SseStream::tokens(const token_event& e, const TokenPiece& piece) {
     text_bytes_ += e.text.size();
     if (tools_) return tool_chunks(e.text, e.logprobs.empty() ? json(nullptr) : chat_logprobs_json(e, piece));
     if (e.logprobs.empty()) return content(e.text);
-    const json chunk = chat_ ? chat_chunk(id_, model_, created_, nullptr, &e.text, "", chat_logprobs_json(e, piece))
-                             : completion_chunk(id_, model_, created_, e.text, "", completion_logprobs_json(e, piece, base));
-    return sse_event(dump_json(chunk));
+    return event(chat_ ? chat_chunk(id_, model_, created_, nullptr, &e.text, "", chat_logprobs_json(e, piece))
+                       : completion_chunk(id_, model_, created_, e.text, "", completion_logprobs_json(e, piece, base)));
 }
 
-std::string SseStream::done(const done_event& d) {
+std::string SseStream::done(const done_event& d) { return finish(d) + end(usage_json(d)); }
+
+std::string SseStream::finish(const done_event& d) {
     std::string out;
     if (tools_) {
         // The block the stop sequence cut is closed; what is still held
@@ -90,13 +98,18 @@ std::string SseStream::done(const done_event& d) {
     last["usage"] = usage_json(d);
     last["timings"] = timings_json(d);
     last["speculative"] = speculative_json(d);
-    out += sse_event(dump_json(last));
+    out += event(std::move(last));
+    return out;
+}
+
+std::string SseStream::end(const json& usage) const {
+    std::string out;
     if (include_usage_) {
         // stream_options.include_usage, as OpenAI: one more chunk, no choices, the usage.
-        json usage = chat_ ? chat_chunk(id_, model_, created_, nullptr, nullptr, "") : completion_chunk(id_, model_, created_, "", "");
-        usage["choices"] = json::array();
-        usage["usage"] = usage_json(d);
-        out += sse_event(dump_json(usage));
+        json chunk = chat_ ? chat_chunk(id_, model_, created_, nullptr, nullptr, "") : completion_chunk(id_, model_, created_, "", "");
+        chunk["choices"] = json::array();
+        chunk["usage"] = usage;
+        out += sse_event(dump_json(chunk));
     }
     out += sse_event("[DONE]");
     out += kSseLastChunk;

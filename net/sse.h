@@ -33,7 +33,8 @@ public:
     // `chat`: chat.completion.chunk objects (and a first chunk with the
     // assistant role), else text_completion ones; `include_usage`:
     // stream_options.include_usage (one more chunk with the usage and no choices).
-    SseStream(bool chat, std::string id, std::string model, int64_t created, bool include_usage);
+    // `index`: the choice this stream's chunks belong to (n > 1: one SseStream per choice).
+    SseStream(bool chat, std::string id, std::string model, int64_t created, bool include_usage, int index = 0);
 
     bool started() const { return started_; }
     // Chat with tools (ParsedRequest::tool_calls): the text goes through a
@@ -51,6 +52,9 @@ public:
     // CORS header lines, each ending in CRLF) and, for chat, the role
     // chunk; "" once started.
     std::string start(bool keep_alive, const std::string& cors_lines);
+    // start() without the head, for a choice after the first (the head is
+    // out already): chat's role chunk; "" once started.
+    std::string open_choice();
     // A content chunk for `text` ("" for empty text). After start().
     std::string content(const std::string& text) const;
     // The chunk of one token event: content(e.text) when it carries no
@@ -60,6 +64,12 @@ public:
     // The last chunks after start(): the finish reason with usage, timings
     // and speculation, the usage chunk when asked, [DONE], the last chunk.
     std::string done(const done_event& d);
+    // done() in two parts, for n > 1: finish() writes this choice's last
+    // chunks (its finish reason, with its own usage, timings and
+    // speculation); end() then, once for the response, the usage chunk when
+    // asked (`usage`: every choice's, usage_json's shape), [DONE], the last chunk.
+    std::string finish(const done_event& d);
+    std::string end(const nlohmann::json& usage) const;
     // An error after start(): the error object as an event, [DONE], the last chunk.
     std::string error(const ApiError& e) const;
 
@@ -68,6 +78,7 @@ private:
     std::string id_, model_;
     int64_t created_;
     bool include_usage_;
+    int index_;
     bool started_ = false;
     size_t text_bytes_ = 0;  // completion text sent so far (completions' text_offset counts from its start)
     bool tools_ = false, tool_stop_ = false;  // parse_tool_calls()
@@ -78,6 +89,8 @@ private:
     // no content is released).
     std::string tool_chunks(std::string_view text, const nlohmann::json& logprobs);
     std::string release(const std::string& content, const std::vector<ToolCallOut>& calls, const nlohmann::json& logprobs);
+    // One chunk (a choices[0] entry) as an event, its index set to this stream's.
+    std::string event(nlohmann::json chunk) const;
 };
 
 }  // namespace specd::net

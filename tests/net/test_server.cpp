@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <map>
+#include <set>
 #include <thread>
 
 #include <boost/asio.hpp>
@@ -409,4 +410,123 @@ TEST_CASE("prefix cache over a real socket: a chat's next turn reports its cache
     const Reply bad = call(port, http::verb::post, "/v1/completions", R"({"prompt":"x","cache_prompt":"yes"})");
     CHECK(bad.status == 400);
     CHECK(bad.body.find("cache_prompt") != std::string::npos);
+}
+
+namespace {
+
+// The JSON objects of an SSE body's "data:" lines, up to [DONE] (which sets `done`).
+std::vector<json> sse_objects(const std::string& body, bool& done) {
+    std::vector<json> out;
+    done = false;
+    size_t at = 0;
+    while ((at = body.find("data: ", at)) != std::string::npos) {
+        const size_t end = body.find('\n', at);
+        const std::string data = body.substr(at + 6, end - at - 6);
+        at = end;
+        if (data == "[DONE]") {
+            done = true;
+            break;
+        }
+        out.push_back(json::parse(data));
+    }
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE("n = 3 over a real socket: three choices, greedy each equal to n = 1, seeded each its own and reproducible, "
+          "the prompt computed once, streamed as indexed chunks with one [DONE]", "[net][n]") {
+    REQUIRE(test::model_exists("stories15M-f32.gguf"));
+    StandaloneRuntime host(config());
+    net::ServerOptions opt;
+    opt.port = 0;
+    net::Server server(host.runtime(), opt);
+    const uint16_t port = server.start();
+    const std::string prompt = "Once upon a time, there was a little girl named Lily. She loved to play outside in the sun with her dog";
+
+    const auto post = [&](const std::string& path, const json& body) {
+        const Reply r = call(port, http::verb::post, path, body.dump());
+        INFO(r.body);
+        REQUIRE(r.status == 200);
+        return r;
+    };
+    // Greedy: every choice is the one greedy text.
+    const json one = json::parse(post("/v1/completions", {{"prompt", prompt}, {"max_tokens", 16}, {"temperature", 0}}).body);
+    const json three = json::parse(post("/v1/completions", {{"prompt", prompt}, {"max_tokens", 16}, {"temperature", 0}, {"n", 3}}).body);
+    REQUIRE(three["choices"].size() == 3);
+    for (int i = 0; i < 3; ++i) {
+        CHECK(three["choices"][i]["index"] == i);
+        CHECK(three["choices"][i]["text"] == one["choices"][0]["text"]);
+    }
+    CHECK(three["usage"]["prompt_tokens"] == one["usage"]["prompt_tokens"]);
+    CHECK(three["usage"]["completion_tokens"] == 3 * one["usage"]["completion_tokens"].get<int>());
+
+    // Seeded chat: the choices differ from each other, a rerun gives them again,
+    // and choice i is what a request with seed + i alone gives.
+    const json chat_body = {{"messages", json::array({{{"role", "user"}, {"content", prompt}}})}, {"max_tokens", 20},
+                            {"temperature", 1.0}, {"seed", 99}, {"n", 3}};
+    const json a = json::parse(post("/v1/chat/completions", chat_body).body);
+    const json b = json::parse(post("/v1/chat/completions", chat_body).body);
+    REQUIRE(a["choices"].size() == 3);
+    std::set<std::string> distinct;
+    for (int i = 0; i < 3; ++i) {
+        CHECK(a["choices"][i]["index"] == i);
+        CHECK(a["choices"][i]["message"] == b["choices"][i]["message"]);
+        distinct.insert(a["choices"][i]["message"]["content"].get<std::string>());
+    }
+    CHECK(distinct.size() == 3);
+    json alone_body = chat_body;
+    alone_body["n"] = 1;
+    alone_body["seed"] = 101;
+    const json alone = json::parse(post("/v1/chat/completions", alone_body).body);
+    CHECK(alone["choices"][0]["message"] == a["choices"][2]["message"]);
+
+    // The prompt is computed once: the choices after the first start when
+    // its prompt is in the prefix cache. (A fresh prompt, so no earlier
+    // request's blocks serve the first choice.)
+    const std::string fresh = "The big brown bear walked slowly through the quiet green forest, looking for some sweet honey to eat before the night came";
+    const auto cached_total = [&] {  // specd_prompt_tokens_cached_total from /metrics
+        const std::string page = call(port, http::verb::get, "/metrics").body;
+        const std::string name = "\nspecd_prompt_tokens_cached_total ";
+        const size_t at = page.find(name);
+        REQUIRE(at != std::string::npos);
+        return std::stod(page.substr(at + name.size()));
+    };
+    const double cached_before = cached_total();
+    const json cached = json::parse(post("/v1/completions", {{"prompt", fresh}, {"max_tokens", 8}, {"temperature", 0}, {"n", 3}}).body);
+    CHECK(cached["usage"]["prompt_tokens_details"]["cached_tokens"] == 0);  // choice 0's: it computed the prompt
+    const int n_prompt = cached["usage"]["prompt_tokens"].get<int>();
+    REQUIRE(n_prompt > 16);
+    // Choices 1 and 2 each took every full block of the prompt but the last token's.
+    CHECK(cached_total() - cached_before == 2 * ((n_prompt - 1) / 16 * 16));
+
+    // Streamed: each choice's chunks carry its index, each choice ends with
+    // its finish reason, then one usage chunk for all and one [DONE].
+    const Reply sse = post("/v1/chat/completions", {{"messages", json::array({{{"role", "user"}, {"content", prompt}}})}, {"max_tokens", 12},
+                                                    {"temperature", 0}, {"n", 2}, {"stream", true}, {"stream_options", {{"include_usage", true}}}});
+    bool done = false;
+    const std::vector<json> chunks = sse_objects(sse.body, done);
+    CHECK(done);
+    std::string text[2];
+    int finishes[2] = {0, 0}, roles[2] = {0, 0};
+    json usage;
+    for (const json& c : chunks) {
+        if (c["choices"].empty()) {
+            usage = c["usage"];
+            continue;
+        }
+        const int i = c["choices"][0]["index"].get<int>();
+        REQUIRE((i == 0 || i == 1));
+        const json& delta = c["choices"][0]["delta"];
+        if (delta.contains("role")) ++roles[i];
+        if (delta.contains("content") && delta["content"].is_string()) text[i] += delta["content"].get<std::string>();
+        if (!c["choices"][0]["finish_reason"].is_null()) ++finishes[i];
+    }
+    CHECK(roles[0] == 1);
+    CHECK(roles[1] == 1);
+    CHECK(finishes[0] == 1);
+    CHECK(finishes[1] == 1);
+    CHECK(text[0] == text[1]);  // greedy
+    CHECK(usage["completion_tokens"] == 24);
+    CHECK(chunks.back()["choices"].empty());  // the usage chunk is the last before [DONE]
 }

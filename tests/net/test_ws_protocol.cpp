@@ -164,6 +164,27 @@ TEST_CASE("parse_generation: chat messages as SDKs send them: text parts, develo
     CHECK(http_error(R"({"messages":[{"role":"user"}]})", ApiKind::Chat).param == "messages");
 }
 
+TEST_CASE("parse_generation: n from 1 to 16 on both HTTP endpoints, best_of equal to n, anything else a 400 naming n or best_of", "[net][api]") {
+    for (const ApiKind kind : {ApiKind::Completion, ApiKind::Chat}) {
+        const std::string head = kind == ApiKind::Chat ? R"({"messages":[{"role":"user","content":"x"}],)" : R"({"prompt":"x",)";
+        CHECK(parse_generation(parse_json(head + R"("n":3})"), kind, kLimits, plain_transcript, nullptr).n == 3);
+        CHECK(parse_generation(parse_json(head + R"("n":16,"best_of":16})"), kind, kLimits, plain_transcript, nullptr).n == 16);
+        CHECK(parse_generation(parse_json(head + R"("n":null})"), kind, kLimits, plain_transcript, nullptr).n == 1);
+        CHECK(parse_generation(parse_json(head + R"("temperature":0})"), kind, kLimits, plain_transcript, nullptr).n == 1);
+        for (const char* bad : {R"("n":0})", R"("n":17})", R"("n":2.5})", R"("n":"2"})"}) {
+            INFO(bad);
+            CHECK(http_error(head + bad, kind).param == "n");
+        }
+        const ApiError e = http_error(head + R"("n":2,"best_of":3})", kind);
+        CHECK(e.param == "best_of");
+        CHECK_THAT(e.message, Catch::Contains("n (2)"));
+    }
+    const WsContext ctx{&kLimits, false, plain_transcript, nullptr};
+    const WsAction a = interpret_ws_message(R"({"type":"generate","id":"p","prompt":"x","n":2})", ctx);
+    CHECK(a.kind == WsAction::Kind::Reply);
+    CHECK_THAT(a.frame, Catch::Contains("n > 1"));
+}
+
 TEST_CASE("parse_generation: a parameter specd does not implement is refused naming it; its off value is accepted", "[net][api]") {
     for (const char* param : {R"("echo":true)", R"("suffix":"end")", R"("best_of":2)"}) {
         const std::string body = std::string(R"({"prompt":"x",)") + param + "}";

@@ -112,6 +112,29 @@ async function main() {
             }
             return `${show(want)}, finish stop, 4 ways alike`;
         }],
+        ["n = 3: three choices, seeded each its own, the same again on a rerun; streamed as indexed chunks; n = 0 and best_of != n are 400s naming them", async () => {
+            assert(model, "needs models.list");
+            const body = { model, ...CHAT, temperature: 1.0, seed: 31, n: 3 };
+            const a = await client.chat.completions.create(body), b = await client.chat.completions.create(body);
+            assert(a.choices.length === 3 && a.choices.every((c, i) => c.index === i), `choices ${JSON.stringify(a.choices.map((c) => c.index))}`);
+            const texts = a.choices.map((c) => c.message.content);
+            assert(new Set(texts).size === 3, `seeded choices alike: ${texts.map(show).join(" | ")}`);
+            assert(b.choices.every((c, i) => c.message.content === texts[i]), "a rerun with the same seed gave other choices");
+            assert(a.usage.completion_tokens > CHAT.max_tokens && a.usage.completion_tokens <= 3 * CHAT.max_tokens, `usage counts every choice: ${JSON.stringify(a.usage)}`);
+            const stream = await client.chat.completions.create({ ...body, stream: true });
+            const streamed = ["", "", ""];
+            for await (const chunk of stream) for (const c of chunk.choices) streamed[c.index] += (c.delta && c.delta.content) || "";
+            assert(streamed.every((t, i) => t === texts[i]), `streamed choices differ: ${streamed.map(show).join(" | ")}`);
+            for (const [params, param] of [[{ n: 0 }, "n"], [{ n: 2, best_of: 3 }, "best_of"]]) {
+                try {
+                    await client.completions.create({ model, prompt: "Once upon a time", max_tokens: 4, ...params });
+                    throw new Error(`${JSON.stringify(params)} was accepted`);
+                } catch (e) {
+                    assert(e instanceof APIError && e.status === 400 && e.param === param, `${JSON.stringify(params)}: ${e.status} param ${e.param}`);
+                }
+            }
+            return `3 choices ${texts.map(show).join(" | ")}, streamed alike`;
+        }],
         ["chat stream with stream_options.include_usage: a last chunk with no choices carries the usage; system_fingerprint set", async () => {
             assert(model, "needs models.list");
             const stream = await client.chat.completions.create({ model, ...CHAT, stream: true, stream_options: { include_usage: true } });
