@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "engine/chat_template.h"
+#include "engine/json_string.h"
 #include "engine/error.h"
 
 namespace specd {
@@ -84,33 +85,6 @@ std::string_view py_strip(std::string_view s) {
         s.remove_suffix(n);
     }
     return s;
-}
-
-// `text` as a JSON string literal, as Python's json.dumps(ensure_ascii=False) writes it.
-void append_py_json_string(std::string_view text, std::string& out) {
-    static constexpr char kHex[] = "0123456789abcdef";
-    out += '"';
-    for (const char ch : text) {
-        const unsigned char c = static_cast<unsigned char>(ch);
-        switch (ch) {
-            case '"': out += "\\\""; break;
-            case '\\': out += "\\\\"; break;
-            case '\n': out += "\\n"; break;
-            case '\r': out += "\\r"; break;
-            case '\t': out += "\\t"; break;
-            case '\b': out += "\\b"; break;
-            case '\f': out += "\\f"; break;
-            default:
-                if (c < 0x20) {
-                    out += "\\u00";
-                    out += kHex[c >> 4];
-                    out += kHex[c & 15];
-                } else {
-                    out += ch;
-                }
-        }
-    }
-    out += '"';
 }
 
 // JSON text written with ", " and ": " (as tojson writes it) rewritten as
@@ -193,7 +167,7 @@ void render_llama3_json(std::span<const ChatMessage> messages, std::span<const s
         if (m.role == "tool") {
             // A string result is "iterable" to Jinja: the template writes it through tojson, quoted.
             out.append("<|start_header_id|>ipython<|end_header_id|>\n\n");
-            append_py_json_string(m.content, out);
+            append_json_string(out, m.content);
             out.append("<|eot_id|>");
         } else if (!m.tool_calls.empty()) {
             if (m.tool_calls.size() != 1)

@@ -5,6 +5,7 @@
 
 #include "actors/constraints.h"
 #include "config/json_text.h"
+#include "engine/json_string.h"
 #include "net/logprobs_json.h"
 #include "net/tool_request.h"
 
@@ -603,32 +604,6 @@ json chat_chunk(const std::string& id, const std::string& model, int64_t created
     return {{"id", id}, {"object", "chat.completion.chunk"}, {"created", created}, {"model", model}, {"system_fingerprint", kSystemFingerprint},
             {"choices", json::array({{{"index", 0}, {"delta", delta}, {"logprobs", logprobs},
                                       {"finish_reason", finish_reason.empty() ? json(nullptr) : json(finish_reason)}}})}};
-}
-
-void append_json_string(std::string& out, std::string_view s) {
-    static constexpr char kHex[] = "0123456789abcdef";
-    out += '"';
-    for (const char c : s) {
-        const auto u = static_cast<unsigned char>(c);
-        switch (c) {
-            case '"': out += "\\\""; break;
-            case '\\': out += "\\\\"; break;
-            case '\n': out += "\\n"; break;
-            case '\r': out += "\\r"; break;
-            case '\t': out += "\\t"; break;
-            case '\b': out += "\\b"; break;
-            case '\f': out += "\\f"; break;
-            default:
-                if (u < 0x20) {
-                    out += "\\u00";
-                    out += kHex[u >> 4];
-                    out += kHex[u & 15];
-                } else {
-                    out += c;  // UTF-8 bytes pass through: token text is valid UTF-8 (Tokenizer::decode)
-                }
-        }
-    }
-    out += '"';
 }
 
 std::string content_chunk_json(bool chat, const std::string& id, const std::string& model, int64_t created, const std::string& text,

@@ -125,8 +125,6 @@ nlohmann::json chat_chunk(const std::string& id, const std::string& model, int64
 // for a reply that ended by itself ("stop"), else openai_finish_reason.
 std::string chat_finish_reason(const std::string& ours, int n_calls);
 
-// Appends s as a JSON string literal (quotes, escapes; s must be UTF-8).
-void append_json_string(std::string& out, std::string_view s);
 
 // The JSON of one streamed content chunk, written by hand (it runs per token
 // event): equal, as JSON, to chat_chunk(id, model, created, nullptr, &text, "")

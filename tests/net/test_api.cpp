@@ -13,26 +13,10 @@
 
 using nlohmann::json;
 using specd::token_event;
-using specd::net::append_json_string;
 using specd::net::chat_chunk;
 using specd::net::completion_chunk;
 using specd::net::content_chunk_json;
 using specd::net::ws_token_frame;
-
-TEST_CASE("append_json_string: every ASCII byte and multi-byte UTF-8 text survive a JSON parser", "[net][api]") {
-    std::string text;
-    for (int c = 1; c < 128; ++c) text += static_cast<char>(c);
-    text += "\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80";  // é € 😀
-    std::string literal;
-    append_json_string(literal, text);
-    CHECK(json::parse(literal).get<std::string>() == text);
-    // Control characters never appear raw (JSON forbids them in strings).
-    for (char c : literal) CHECK(static_cast<unsigned char>(c) >= 0x20);
-
-    std::string empty;
-    append_json_string(empty, "");
-    CHECK(empty == "\"\"");
-}
 
 TEST_CASE("ws_token_frame: parses as the documented token frame, with quotes, backslashes and newlines in id and text", "[net][api]") {
     token_event e;
