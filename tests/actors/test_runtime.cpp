@@ -123,7 +123,7 @@ TEST_CASE("one request: prefill, propose, verify, emit, done — greedy output e
 }
 
 TEST_CASE("a draft whose vocabulary is 128 ids shorter or 64 longer than the target's (llama.cpp's rule) drafts through "
-          "the runtime; greedy output equals plain decoding", "[runtime][draft-vocab]") {
+          "the runtime, and greedy output equals plain decoding", "[runtime][draft-vocab]") {
     // Family models with stories15M's vocabulary: a 3-layer target, and its
     // first layer as the draft with the last 128 ids cut (as Qwen2.5-0.5B's
     // 151,936 rows draft for the 32B's 152,064), or 64 padding ids added
@@ -323,7 +323,7 @@ TEST_CASE("run-ahead (plain steps the verifier chains itself) changes no token: 
     require_pool_empty(rt);
 }
 
-TEST_CASE("32 concurrent sessions with mixed prompts, lengths and parameters all finish; greedy ones equal single decoding",
+TEST_CASE("32 concurrent sessions with mixed prompts, lengths and parameters all finish, and greedy ones equal single decoding",
           "[runtime][concurrency]") {
     StandaloneRuntime host(test_config());
     Runtime& rt = host.runtime();
@@ -582,7 +582,7 @@ TEST_CASE("bad requests get typed error events, not exceptions", "[runtime][faul
     require_pool_empty(rt);
 }
 
-TEST_CASE("a dead draft actor leaves sessions decoding without speculation; a dead verifier is restarted", "[runtime][faults]") {
+TEST_CASE("a dead draft actor leaves sessions decoding without speculation, and a dead verifier is restarted", "[runtime][faults]") {
     StandaloneRuntime host(test_config());
     Runtime& rt = host.runtime();
     caf::scoped_actor self{host.system()};
@@ -743,8 +743,8 @@ TEST_CASE("low-latency scheduler: messages from many foreign threads and actors 
     CHECK(rallies_done == kRallies);
 }
 
-TEST_CASE("a seeded request through the actors gives the same text with speculation off, k 1, k 8, adaptive, and among others; "
-          "its logprobs come for every token, drafted ones too",
+TEST_CASE("a seeded request through the actors gives the same text with speculation off, k 1, k 8, adaptive, and among others, "
+          "and its logprobs come for every token, drafted ones too",
           "[runtime][seed][logprobs]") {
     // A q8_0 target: its products are integer dot products, exact in any
     // row grouping, so a verification row's logits equal a plain step's and

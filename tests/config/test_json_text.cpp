@@ -55,7 +55,7 @@ TEST_CASE("parse_json_text: numbers beyond a double, bad UTF-8 and smart quotes 
     CHECK_THAT(parse_error("{\xE2\x80\x9Cprompt\xE2\x80\x9D: 1}"), Catch::StartsWith("malformed JSON at byte 2"));
 }
 
-TEST_CASE("parse_json_text: nesting deeper than kMaxJsonDepth is refused before parsing; brackets in strings do not count", "[json]") {
+TEST_CASE("parse_json_text: nesting deeper than kMaxJsonDepth is refused before parsing, and brackets in strings do not count", "[json]") {
     const std::string deep = std::string(100000, '[') + std::string(100000, ']');
     CHECK_THAT(parse_error(deep), Catch::Contains("nested deeper than"));
     CHECK_THAT(parse_error(std::string(50000, '[')), Catch::Contains("nested deeper than"));

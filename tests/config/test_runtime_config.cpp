@@ -188,7 +188,7 @@ TEST_CASE("for every field: file beats default, environment beats file, flag bea
     }
 }
 
-TEST_CASE("all fields at once: environment over file, flags over both; finish() returns them", "[config]") {
+TEST_CASE("all fields at once: environment over file, flags over both, and finish() returns them", "[config]") {
     ScratchDir dir;
     json file = json::object();
     std::map<std::string, std::string> env;

@@ -90,7 +90,7 @@ TEST_CASE("batched sessions joining at different steps each equal their single p
 
 // The server's path (SessionCore, BatchVerifier, BatchDrafter) with the
 // logit transforms: each row's penalties count the drafted tokens before it.
-TEST_CASE("batched greedy sessions with penalties and logit_bias each equal their single plain decode (q8_0, q4_0, n-gram; k 1, 4, 8)",
+TEST_CASE("batched greedy sessions with penalties and logit_bias each equal their single plain decode (q8_0, q4_0, n-gram, at k 1, 4, 8)",
           "[batch][greedy][penalties]") {
     auto target = load("stories15M-f32.gguf");
     auto draft_q8 = load("stories15M-q8_0.gguf");

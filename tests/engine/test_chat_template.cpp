@@ -96,7 +96,7 @@ TEST_CASE("llama3 renders header ids, a blank line and eot_id per message", "[ch
           "<|start_header_id|>assistant<|end_header_id|>\n\n");
 }
 
-TEST_CASE("llama2 puts the system message in <<SYS>> inside the first [INST] and ends replies with </s>", "[chat_template]") {
+TEST_CASE("llama2 puts the system message in <<SYS>> inside the first INST tag and ends replies with </s>", "[chat_template]") {
     const std::string expected =
         "[INST] <<SYS>>\nYou are a helpful assistant\n<</SYS>>\n\nHello [/INST]Hi there</s>"
         "[INST] Who are you [/INST]";

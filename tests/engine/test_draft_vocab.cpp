@@ -178,7 +178,7 @@ const std::vector<int32_t> kPrompt = {1, 9038, 2501, 263, 931, 29892, 727, 471, 
 
 // ------------------------------------------------------------ refusals ---
 
-TEST_CASE("draft vocabulary: llama.cpp's rule; a refused pair gets one line naming the difference", "[draft-vocab][errors]") {
+TEST_CASE("draft vocabulary: llama.cpp's rule, and a refused pair gets one line naming the difference", "[draft-vocab][errors]") {
     const test::FamilyModelSpec base = test::family_preset("llama3");
     auto target_file = family_file(base, test::stories_vocab(), "-target");
     auto target = LlamaModel::load(target_file->path);

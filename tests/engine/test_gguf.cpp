@@ -386,7 +386,7 @@ TEST_CASE("typed getters convert integers with range checks and name type errors
     std::filesystem::remove(path);
 }
 
-TEST_CASE("hand-built GGUF v2 and v3 files parse; a File moves without invalidating tensors", "[gguf]") {
+TEST_CASE("hand-built GGUF v2 and v3 files parse, and a File moves without invalidating tensors", "[gguf]") {
     for (const uint32_t version : {2u, 3u}) {
         GgufBytes g;
         g.header(1, 1, version).kv_u32("general.alignment", 32).tensor("w", {8, 2}, 0, 0).pad_to(32).zeros(64);

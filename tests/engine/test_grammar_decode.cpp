@@ -69,7 +69,7 @@ void check_inside(const Tokenizer& tok, const std::string& gbnf, const std::vect
 
 }  // namespace
 
-TEST_CASE("constrained greedy decoding with speculation equals plain constrained decoding (q8_0, q4_0, n-gram; k 1, 4, 8; batched and alone)",
+TEST_CASE("constrained greedy decoding with speculation equals plain constrained decoding (q8_0, q4_0, n-gram, at k 1, 4, 8, batched and alone)",
           "[grammar][batch][greedy]") {
     auto target = load("stories15M-f32.gguf");
     auto draft_q8 = load("stories15M-q8_0.gguf");

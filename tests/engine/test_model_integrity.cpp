@@ -94,7 +94,7 @@ TEST_CASE("sha256 of a real model file equals sha256sum's", "[sha256][model]") {
     CHECK(specd::sha256_file_hex(path) == std::string(line, 64));
 }
 
-TEST_CASE("a complete model passes; a written .sha256 is then checked and passes", "[integrity][model]") {
+TEST_CASE("a complete model passes, and a written .sha256 is then checked and passes", "[integrity][model]") {
     ScratchDir dir;
     const std::string copy = (dir.path / kModel).string();
     fs::copy_file(specd::test::model_path(kModel), copy);

@@ -135,7 +135,7 @@ TEST_CASE("prefix cache: eviction frees least recently used leaves and never a b
     CHECK(kv.used_blocks() == 0);
 }
 
-TEST_CASE("prefix cache: a shared block is read-only; cutting a sequence inside one is refused, at its edge allowed", "[prefix][kv]") {
+TEST_CASE("prefix cache: a shared block is read-only: cutting a sequence inside one is refused, at its edge allowed", "[prefix][kv]") {
     PagedKvCache kv(small_shape());
     PrefixCache cache(kv);
     const std::vector<int32_t> text = iota_tokens(9, 1);
@@ -237,7 +237,7 @@ std::vector<std::unique_ptr<SessionCore>> run_batched(const Tokenizer& tok, cons
 }  // namespace
 
 TEST_CASE("prefix cache in the batched runtime: each turn of a five-turn chat prefills only what follows the cached blocks and "
-          "its greedy output equals plain decoding (target and draft caches; real and colliding hashes; cache_prompt false)",
+          "its greedy output equals plain decoding (target and draft caches, real and colliding hashes, cache_prompt false)",
           "[prefix][batch][greedy]") {
     auto target = load("stories15M-f32.gguf");
     auto draft = load("stories15M-q8_0.gguf");

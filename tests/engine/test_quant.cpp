@@ -318,7 +318,7 @@ TEST_CASE("f16 and bf16 rows quantise and dequantise through the element convers
     }
 }
 
-TEST_CASE("tensor_row_bytes, block sizes and names; non-multiples of the block size are refused", "[quant]") {
+TEST_CASE("tensor_row_bytes, block sizes and names, and non-multiples of the block size are refused", "[quant]") {
     CHECK(tensor_row_bytes(TensorType::F32, 7) == 28);
     CHECK(tensor_row_bytes(TensorType::F16, 3) == 6);
     CHECK(tensor_row_bytes(TensorType::BF16, 288) == 576);

@@ -112,7 +112,7 @@ constexpr float kSentinel = -12345.0f;
 
 }  // namespace
 
-TEST_CASE("K-quant types: ggml's numbers, names, block sizes; Q4_K, Q5_K, Q6_K, q5_0, q5_1 also written", "[quant_k]") {
+TEST_CASE("K-quant types: ggml's numbers, names, block sizes, and Q4_K, Q5_K, Q6_K, q5_0, q5_1 also written", "[quant_k]") {
     for (const KType& k : kKTypes) {
         INFO(k.name);
         const TensorTypeTraits* t = tensor_type_traits(static_cast<uint32_t>(k.type));
@@ -204,7 +204,7 @@ TEST_CASE("K-quant blocks decoded by hand: q5_0's fifth bit, q5_1's min, Q4_K's 
     }
 }
 
-TEST_CASE("a NaN or infinite scale is found in the block that holds it; f32 data never counts", "[quant_k]") {
+TEST_CASE("a NaN or infinite scale is found in the block that holds it, and f32 data never counts", "[quant_k]") {
     std::mt19937 rng(7);
     for (const KType& k : kKTypes) {
         INFO(k.name);
@@ -309,7 +309,7 @@ TEST_CASE("matmul, K-quant and fallback weights: every ISA matches double sums o
     }
 }
 
-TEST_CASE("RoleInput: one q8 layout feeds every K-quant and fallback type, q8_0 and f16 get their own; an unknown "
+TEST_CASE("RoleInput: one q8 layout feeds every K-quant and fallback type, q8_0 and f16 get their own, and an unknown "
           "type is refused",
           "[quant_k][kernels]") {
     RoleInput role;

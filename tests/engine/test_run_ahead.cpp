@@ -96,7 +96,7 @@ TEST_CASE("run-ahead: a chain ends after an end-of-generation token when the req
     CHECK(st.next[0].tokens == std::vector<int32_t>{kEos});
 }
 
-TEST_CASE("run-ahead: a chain ends at a failed step and at a request the verifier no longer holds; close drops a chain; other jobs have no route",
+TEST_CASE("run-ahead: a chain ends at a failed step and at a request the verifier no longer holds, close drops a chain, and other jobs have no route",
           "[run_ahead]") {
     RunAheadChains<std::string> chains;
     uint64_t next_tag = 100;

@@ -304,7 +304,7 @@ TEST_CASE("llama-server's window: the penalties count the last repeat_last_n tok
     CHECK(off.at(3) == Approx(1.5));
 }
 
-TEST_CASE("logit_bias is added before the penalties; -inf removes a token; ids past the sampler's vocabulary are skipped",
+TEST_CASE("logit_bias is added before the penalties, -inf removes a token, and ids past the sampler's vocabulary are skipped",
           "[sampler]") {
     SamplingParams p = plain();
     p.logit_bias = {{0, 1.0f}, {2, -INFINITY}, {3, 0.5f}, {3, 0.5f}, {9, 50.0f}};

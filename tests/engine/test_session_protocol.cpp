@@ -157,7 +157,7 @@ TEST_CASE("session protocol: a plain request acquires, prefills with run-ahead, 
     CHECK(p->ended());
 }
 
-TEST_CASE("session protocol: the step after a chain that stops goes out before its tokens; a run-ahead result with no chain running is dropped",
+TEST_CASE("session protocol: the step after a chain that stops goes out before its tokens, and a run-ahead result with no chain running is dropped",
           "[session_protocol]") {
     Setup s;
     s.config.run_ahead = 2;
@@ -212,7 +212,7 @@ TEST_CASE("session protocol: a replica lost mid-verify before anything streamed 
     CHECK(p->core().output() == std::vector<int32_t>{kA});
 }
 
-TEST_CASE("session protocol: a down message for the target is a lost target too; a failed result on a cluster is one, a full KV pool is not",
+TEST_CASE("session protocol: a down message for the target is a lost target too, as is a failed result on a cluster, but a full KV pool is not",
           "[session_protocol][failover]") {
     Setup s;
     s.config.clustered = true;
@@ -350,7 +350,7 @@ TEST_CASE("session protocol: in one process a verify error is exactly one intern
     }
 }
 
-TEST_CASE("session protocol: cancel while a verify is in flight finishes at once as cancelled; the verify's late reply is ignored",
+TEST_CASE("session protocol: cancel while a verify is in flight finishes at once as cancelled, and the verify's late reply is ignored",
           "[session_protocol]") {
     Setup s;
     auto p = make(s);
@@ -378,7 +378,7 @@ TEST_CASE("session protocol: the deadline is one timeout error", "[session_proto
     CHECK(take(*p).empty());
 }
 
-TEST_CASE("session protocol: drafts send only the changed context; a resync resends it whole, and a resync of a whole send verifies without a draft",
+TEST_CASE("session protocol: drafts send only the changed context: a resync resends it whole, and a resync of a whole send verifies without a draft",
           "[session_protocol][draft]") {
     Setup s;
     s.draft_max = 2;
@@ -426,7 +426,7 @@ TEST_CASE("session protocol: drafts send only the changed context; a resync rese
     CHECK(take(*p).empty());
 }
 
-TEST_CASE("session protocol: a draft lost mid-step releases it and verifies the pending token alone; the request stays plain",
+TEST_CASE("session protocol: a draft lost mid-step releases it and verifies the pending token alone, and the request stays plain",
           "[session_protocol][draft]") {
     Setup s;
     s.draft_max = 2;

@@ -150,7 +150,7 @@ std::vector<SamplingParams> greedy_transforms(const Tokenizer& tok) {
     return {openai, llama_server};
 }
 
-TEST_CASE("greedy speculative output with penalties and logit_bias is token-identical to plain decoding (q8_0, q4_0, n-gram; k 1, 4, 8)",
+TEST_CASE("greedy speculative output with penalties and logit_bias is token-identical to plain decoding (q8_0, q4_0, n-gram, at k 1, 4, 8)",
           "[spec][greedy][penalties]") {
     const std::vector<std::string> prompts = {"Once upon a time", "The cat sat on the mat. The cat sat on the",
                                               "Tom had a red ball. Tom had a red"};

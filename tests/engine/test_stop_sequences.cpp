@@ -19,7 +19,7 @@ using test::Driven;
 using test::drive;
 using test::load;
 
-TEST_CASE("stop matcher: text before a stop string streams at once; only a possible start of one is held back", "[stop]") {
+TEST_CASE("stop matcher: text before a stop string streams at once, and only a possible start of one is held back", "[stop]") {
     StopMatcher m({"STOP", "end."});
     std::string out;
     CHECK_FALSE(m.feed("abc S", out));
@@ -37,7 +37,7 @@ TEST_CASE("stop matcher: text before a stop string streams at once; only a possi
     CHECK(out == "abc STx the ");
 }
 
-TEST_CASE("stop matcher: the earliest of several strings wins, inside one feed too; flush releases the held tail", "[stop]") {
+TEST_CASE("stop matcher: the earliest of several strings wins, inside one feed too, and flush releases the held tail", "[stop]") {
     StopMatcher m({"lo", "hello"});
     std::string out;
     CHECK(m.feed("say hello", out));

@@ -17,7 +17,7 @@
 
 using namespace specd;
 
-TEST_CASE("split_range covers [0, n) exactly once with aligned interior boundaries", "[pool]") {
+TEST_CASE("split_range covers 0 to n-1 exactly once with aligned interior boundaries", "[pool]") {
     for (int64_t n : {0, 1, 7, 16, 100, 288, 32000}) {
         for (int nth : {1, 2, 3, 8}) {
             for (int64_t align : {1, 16}) {
@@ -104,7 +104,7 @@ TEST_CASE("thread pool barrier orders phases: every write before it is seen afte
     CHECK(mismatches == 0);
 }
 
-TEST_CASE("thread pool workers run at the nice value given; the caller keeps its own", "[pool]") {
+TEST_CASE("thread pool workers run at the nice value given, and the caller keeps its own", "[pool]") {
     const auto own_nice = [] {
         errno = 0;
         return getpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)));
@@ -139,7 +139,7 @@ std::vector<int> own_affinity() {
     return out;
 }
 
-TEST_CASE("thread pool with cpus pins worker i to cpus[i] and its caller to cpus[0]; without, nothing is pinned", "[pool]") {
+TEST_CASE("thread pool with cpus pins worker i to the i-th cpu and its caller to the first, and without cpus nothing is pinned", "[pool]") {
     const std::vector<int> allowed = ThreadPool::allowed_cpus();
     REQUIRE_FALSE(allowed.empty());
     const int n = 3;  // more threads than a 2-CPU machine has: the list wraps around

@@ -136,7 +136,7 @@ TEST_CASE("logprobs: top alternatives on stories15M are sorted, the chosen token
     CHECK_THROWS_WITH(greedy.validate(), Catch::Contains("logprobs"));
 }
 
-TEST_CASE("logprobs of tokens accepted from a draft equal plain decoding's (greedy, seeded, penalised; k 4 and 8, q4_0 draft)",
+TEST_CASE("logprobs of tokens accepted from a draft equal plain decoding's (greedy, seeded, penalised, at k 4 and 8, q4_0 draft)",
           "[logprobs][batch]") {
     auto target = load("stories15M-q8_0.gguf");
     auto draft = load("stories15M-q4_0.gguf");

@@ -338,7 +338,7 @@ TEST_CASE("pieces: spaces restored, raw bytes, control tokens only on request", 
     CHECK_THROWS_AS(tok.token_to_piece(-1), specd::Error);
 }
 
-TEST_CASE("decode at the start removes the space prefix once; a continuation keeps it", "[tokenizer]") {
+TEST_CASE("decode at the start removes the space prefix once, and a continuation keeps it", "[tokenizer]") {
     VocabData v = make_vocab({{"\xE2\x96\x81"}, {"\xE2\x96\x81" "a", -1.0f}, {"\xE2\x96\x81" "b", -1.0f}});
     const Tokenizer tok(v);
     const Ids ab = tok.encode("a b", true);

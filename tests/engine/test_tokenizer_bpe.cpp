@@ -266,7 +266,7 @@ TEST_CASE("the llama3 pre-tokenizer groups digits by three and keeps newlines wi
     CHECK(words_of(pre, "(hi)") == std::vector<std::string>{"(hi", ")"});
 }
 
-TEST_CASE("qwen2 splits every digit; deepseek-coder splits CJK from letters", "[tokenizer_bpe]") {
+TEST_CASE("qwen2 splits every digit, and deepseek-coder splits CJK from letters", "[tokenizer_bpe]") {
     CHECK(words_of(PreTokenizer("qwen2"), "2024年") == std::vector<std::string>{"2", "0", "2", "4", "年"});
     CHECK(words_of(PreTokenizer("deepseek-coder"), "ab一二 cd") == std::vector<std::string>{"ab", "一二", " cd"});
 }

@@ -261,7 +261,7 @@ TEST_CASE("batch layout packs rows, logit rows and block tables", "[gpu-host]") 
     CHECK(kv.length(b) == 2);
 }
 
-TEST_CASE("graph keys: small steps get one, by shape and position bucket; long ones none", "[gpu-host]") {
+TEST_CASE("graph keys: small steps get one, by shape and position bucket, and long ones none", "[gpu-host]") {
     BatchLayout l;
     l.n_rows = 9;
     l.n_out = 9;
@@ -296,7 +296,7 @@ TEST_CASE("graph keys: small steps get one, by shape and position bucket; long o
     CHECK(!graph_key(l, 256, policy, 1 << 20));
 }
 
-TEST_CASE("graph cache: warm up, then capture, then replay; least recently used goes first", "[gpu-host]") {
+TEST_CASE("graph cache: warm up, then capture, then replay, and least recently used goes first", "[gpu-host]") {
     using Cache = GraphCache<std::unique_ptr<int>>;
     Cache cache(2);
     const GraphKey a{1, 1, 1, 256}, b{2, 2, 2, 256}, c{9, 9, 1, 256};

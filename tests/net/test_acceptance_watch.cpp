@@ -29,7 +29,7 @@ TEST_CASE("a window at or above the threshold is not reported, and starts over t
     CHECK(watch.record(60, 0));  // 120 drafted, 59 accepted: 0.49
 }
 
-TEST_CASE("requests without drafts don't count; window 0 turns the watch off", "[acceptance]") {
+TEST_CASE("requests without drafts don't count, and window 0 turns the watch off", "[acceptance]") {
     AcceptanceWatch watch(0.9, 10);
     CHECK_FALSE(watch.record(0, 0));
     CHECK(watch.current().requests == 0);

@@ -235,7 +235,7 @@ TEST_CASE("WebSocket details: a frame sent with the upgrade is read, the 101 nam
     CHECK(ws.reason().code == websocket::close_code::going_away);
 }
 
-TEST_CASE("Failures before the first token keep their status when streamed; a full server is 429 with Retry-After naming the limit",
+TEST_CASE("Failures before the first token keep their status when streamed, and a full server is 429 with Retry-After naming the limit",
           "[net][protocol]") {
     REQUIRE(test::model_exists("stories15M-f32.gguf"));
     StandaloneRuntime host(config(1, 0));  // one request decodes, none may wait

@@ -128,7 +128,7 @@ TEST_CASE("llama-server endpoints: bad input gets a 400 naming the field", "[net
     }
 }
 
-TEST_CASE("llama-server endpoints: /props shows the defaults a request gets; /slots and POST /props answer 501",
+TEST_CASE("llama-server endpoints: /props shows the defaults a request gets, and /slots and POST /props answer 501",
           "[net][llama_server]") {
     REQUIRE(test::model_exists("stories15M-q8_0.gguf"));
     StandaloneRuntime host(config());

@@ -81,7 +81,7 @@ TEST_CASE("a gauge sets and adds, a callback gauge is read at each render", "[me
     CHECK(metrics.render() == header + "specd_kv_blocks_used{pool=\"main\"} 42\n");
 }
 
-TEST_CASE("a callback counter is read at each render; a callback family renders its series, or nothing when it has none",
+TEST_CASE("a callback counter is read at each render, and a callback family renders its series, or nothing when it has none",
           "[metrics]") {
     MetricsRegistry metrics;
     double cpu = 0.25;
@@ -165,7 +165,7 @@ TEST_CASE("numbers print as integers without exponent noise, others in shortest 
     CHECK(value_text(std::nan("")) == "NaN");
 }
 
-TEST_CASE("label values escape backslash, quote and newline; help escapes backslash and newline", "[metrics]") {
+TEST_CASE("label values escape backslash, quote and newline, and help escapes backslash and newline", "[metrics]") {
     MetricsRegistry metrics;
     metrics.counter("specd_odd_total", "Line one\\two\nline \"three\".", {{"path", "C:\\dir \"x\"\nend"}}).inc();
     CHECK(metrics.render() ==

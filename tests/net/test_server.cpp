@@ -66,7 +66,7 @@ RuntimeConfig config() {
 
 }  // namespace
 
-TEST_CASE("HTTP and WebSocket on one port answer a real Beast client; draining turns /health to 503", "[net]") {
+TEST_CASE("HTTP and WebSocket on one port answer a real Beast client, and draining turns /health to 503", "[net]") {
     REQUIRE(test::model_exists("stories15M-f32.gguf"));
     StandaloneRuntime host(config());
     net::ServerOptions opt;
@@ -182,9 +182,34 @@ void start_generations(websocket::stream<tcp::socket>& ws, uint16_t port, int n,
     }
 }
 
+// Waits until the runtime has taken a client's generations and then ended
+// them all (finished or cancelled): with nobody reading, every frame they
+// made is by then in the kernel's buffers or in the server's send queue,
+// however slowly the machine decodes. A fixed sleep was not enough on a
+// loaded machine: the few frames made in it fitted the kernel's buffers, the
+// server's queue never backed up and nothing was coalesced.
+bool wait_until_generations_end(Runtime& rt) {
+    using namespace std::chrono;
+    const auto busy = [&rt] {
+        const runtime_stats s = rt.stats();
+        return s.running + s.waiting > 0;
+    };
+    auto deadline = steady_clock::now() + seconds(30);
+    while (!busy()) {
+        if (steady_clock::now() > deadline) return false;
+        std::this_thread::sleep_for(milliseconds(2));
+    }
+    deadline = steady_clock::now() + seconds(300);
+    while (busy()) {
+        if (steady_clock::now() > deadline) return false;
+        std::this_thread::sleep_for(milliseconds(10));
+    }
+    return true;
+}
+
 }  // namespace
 
-TEST_CASE("a WebSocket client that stops reading loses no token; one whose send queue overflows is closed with 1013 and its blocks come back",
+TEST_CASE("a WebSocket client that stops reading loses no token, and one whose send queue overflows is closed with 1013 and its blocks come back",
           "[net]") {
     REQUIRE(test::model_exists("stories15M-f32.gguf"));
     StandaloneRuntime host(config());
@@ -206,7 +231,7 @@ TEST_CASE("a WebSocket client that stops reading loses no token; one whose send 
         asio::io_context ioc;
         websocket::stream<tcp::socket> ws(ioc);
         start_generations(ws, port, kGenerations, kTokens);
-        std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // the generations run on; nobody reads
+        REQUIRE(wait_until_generations_end(host.runtime()));  // the generations run to their end; nobody reads
         std::map<std::string, std::string> text;
         std::map<std::string, int> tokens;
         int done = 0, frames = 0;
@@ -251,7 +276,7 @@ TEST_CASE("a WebSocket client that stops reading loses no token; one whose send 
         asio::io_context ioc;
         websocket::stream<tcp::socket> ws(ioc);
         start_generations(ws, port, kGenerations, kTokens);
-        std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+        REQUIRE(wait_until_generations_end(host.runtime()));  // overflowed and cancelled while nobody reads
         beast::error_code ec;
         int frames = 0;
         for (;;) {
@@ -435,7 +460,7 @@ std::vector<json> sse_objects(const std::string& body, bool& done) {
 }  // namespace
 
 TEST_CASE("n = 3 over a real socket: three choices, greedy each equal to n = 1, seeded each its own and reproducible, "
-          "the prompt computed once, streamed as indexed chunks with one [DONE]", "[net][n]") {
+          "the prompt computed once, streamed as indexed chunks with one DONE line", "[net][n]") {
     REQUIRE(test::model_exists("stories15M-f32.gguf"));
     StandaloneRuntime host(config());
     net::ServerOptions opt;

@@ -68,7 +68,7 @@ TEST_CASE("parse_generation: null for an optional parameter means its default, a
     CHECK(stops(R"({"prompt":"x","stop":["A:","B:"]})") == std::vector<std::string>{"A:", "B:"});
 }
 
-TEST_CASE("parse_generation: wrong types and out-of-range values name the parameter; long values are echoed short", "[net][api]") {
+TEST_CASE("parse_generation: wrong types and out-of-range values name the parameter, and long values are echoed short", "[net][api]") {
     const ApiError t = http_error(R"({"prompt":"x","temperature":"hot"})", ApiKind::Completion);
     CHECK(t.status == 400);
     CHECK(t.param == "temperature");
@@ -86,7 +86,7 @@ TEST_CASE("parse_generation: wrong types and out-of-range values name the parame
     CHECK(http_error(R"({"prompt":"x","speculative":{"enabled":1}})", ApiKind::Completion).param == "speculative.enabled");
 }
 
-TEST_CASE("error_body: 429 is rate_limit_exceeded; invalid UTF-8 in a message becomes U+FFFD", "[net][api]") {
+TEST_CASE("error_body: 429 is rate_limit_exceeded, and invalid UTF-8 in a message becomes U+FFFD", "[net][api]") {
     const json j = json::parse(error_body(ApiError{429, "overloaded", "too many requests", ""}));
     CHECK(j["error"]["type"] == "rate_limit_exceeded");
     const std::string body = error_body(ApiError{404, "not_found", "no endpoint /\xFF\xFE", "p\xC3"});
@@ -185,7 +185,7 @@ TEST_CASE("parse_generation: n from 1 to 16 on both HTTP endpoints, best_of equa
     CHECK_THAT(a.frame, Catch::Contains("n > 1"));
 }
 
-TEST_CASE("parse_generation: a parameter specd does not implement is refused naming it; its off value is accepted", "[net][api]") {
+TEST_CASE("parse_generation: a parameter specd does not implement is refused naming it, and its off value is accepted", "[net][api]") {
     for (const char* param : {R"("echo":true)", R"("suffix":"end")", R"("best_of":2)"}) {
         const std::string body = std::string(R"({"prompt":"x",)") + param + "}";
         const ApiError e = http_error(body, ApiKind::Completion);
@@ -282,7 +282,7 @@ TEST_CASE("parse_generation: repeat_last_n is llama-server's dialect: the penalt
     refused_everywhere(R"("repeat_last_n":1.5)", "repeat_last_n");
 }
 
-TEST_CASE("parse_generation: logit_bias as OpenAI's object or llama-server's pairs; ids outside the vocabulary are a 400 naming it",
+TEST_CASE("parse_generation: logit_bias as OpenAI's object or llama-server's pairs, and ids outside the vocabulary are a 400 naming it",
           "[net][api]") {
     RequestLimits limits;
     limits.n_vocab = 32000;
@@ -331,7 +331,7 @@ TEST_CASE("parse_generation: logit_bias as OpenAI's object or llama-server's pai
 
 // ------------------------------------------------- logprobs and seeds ---
 
-TEST_CASE("parse_generation: logprobs as each API states it (completions' integer, chat's and the WebSocket's pair); past 20 or "
+TEST_CASE("parse_generation: logprobs as each API states it (completions' integer, chat's and the WebSocket's pair), and past 20 or "
           "malformed is a 400 naming the field",
           "[net][api][logprobs]") {
     const auto completion = [](const std::string& params) {
@@ -386,7 +386,7 @@ TEST_CASE("parse_generation: logprobs as each API states it (completions' intege
     CHECK(http_error(R"({"prompt":"x","n_probs":3})", ApiKind::Completion).param == "n_probs");
 }
 
-TEST_CASE("parse_generation: a seed asks for coupled sampling (the same text whatever the speculation); no seed keeps the stream",
+TEST_CASE("parse_generation: a seed asks for coupled sampling (the same text whatever the speculation), and no seed keeps the stream",
           "[net][api][seed]") {
     for (const ParsedRequest& p : parsed_everywhere(R"("seed":42)")) {
         CHECK(p.request.sampling.coupled);
