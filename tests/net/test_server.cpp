@@ -17,6 +17,7 @@
 
 #include "actors/runtime.h"
 #include "net/server.h"
+#include "support/http_client.h"
 #include "support/models.h"
 
 using namespace specd;
@@ -29,29 +30,10 @@ using nlohmann::json;
 
 namespace {
 
-struct Reply {
-    int status = 0;
-    std::string body;
-    std::string content_type;
-};
+using Reply = test::HttpReply;
 
 Reply call(uint16_t port, http::verb method, const std::string& target, const std::string& body = "", const std::string& key = "") {
-    asio::io_context ioc;
-    beast::tcp_stream stream(ioc);
-    stream.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port));
-    http::request<http::string_body> req{method, target, 11};
-    req.set(http::field::host, "127.0.0.1");
-    if (!key.empty()) req.set(http::field::authorization, "Bearer " + key);
-    if (!body.empty()) {
-        req.set(http::field::content_type, "application/json");
-        req.body() = body;
-        req.prepare_payload();
-    }
-    http::write(stream, req);
-    beast::flat_buffer buf;
-    http::response<http::string_body> res;
-    http::read(stream, buf, res);
-    return Reply{static_cast<int>(res.result_int()), res.body(), std::string(res[http::field::content_type])};
+    return test::http_call(port, method, target, body, key);
 }
 
 RuntimeConfig config() {
@@ -102,12 +84,8 @@ TEST_CASE("HTTP and WebSocket on one port answer a real Beast client, and draini
     REQUIRE(sse.status == 200);
     CHECK(sse.content_type == "text/event-stream");
     std::string text;
-    size_t at = 0;
     bool done = false;
-    while ((at = sse.body.find("data: ", at)) != std::string::npos) {
-        const size_t end = sse.body.find("\n\n", at);
-        const std::string data = sse.body.substr(at + 6, end - at - 6);
-        at = end;
+    for (const std::string& data : test::sse_data(sse.body)) {
         if (data == "[DONE]") {
             done = true;
             break;
@@ -357,12 +335,9 @@ TEST_CASE("llama-server's POST /completion over a real socket: its shapes, the s
     REQUIRE(sse.status == 200);
     CHECK(sse.content_type == "text/event-stream");
     std::string text;
-    size_t ids = 0, at = 0;
+    size_t ids = 0;
     json last;
-    while ((at = sse.body.find("data: ", at)) != std::string::npos) {
-        const size_t end = sse.body.find("\n\n", at);
-        const std::string data = sse.body.substr(at + 6, end - at - 6);
-        at = end;
+    for (const std::string& data : test::sse_data(sse.body)) {
         REQUIRE(data != "[DONE]");
         last = json::parse(data);
         text += last["content"].get<std::string>();
@@ -443,11 +418,7 @@ namespace {
 std::vector<json> sse_objects(const std::string& body, bool& done) {
     std::vector<json> out;
     done = false;
-    size_t at = 0;
-    while ((at = body.find("data: ", at)) != std::string::npos) {
-        const size_t end = body.find('\n', at);
-        const std::string data = body.substr(at + 6, end - at - 6);
-        at = end;
+    for (const std::string& data : test::sse_data(body)) {
         if (data == "[DONE]") {
             done = true;
             break;

@@ -20,6 +20,7 @@
 #include "actors/runtime.h"
 #include "net/server.h"
 #include "support/family_models.h"
+#include "support/http_client.h"
 #include "support/tiny_model.h"
 
 using namespace specd;
@@ -31,26 +32,9 @@ using nlohmann::json;
 
 namespace {
 
-struct Posted {
-    int status = 0;
-    std::string body;
-};
+using Posted = test::HttpReply;
 
-Posted post(uint16_t port, const std::string& target, const std::string& body) {
-    asio::io_context ioc;
-    beast::tcp_stream stream(ioc);
-    stream.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port));
-    http::request<http::string_body> req{http::verb::post, target, 11};
-    req.set(http::field::host, "127.0.0.1");
-    req.set(http::field::content_type, "application/json");
-    req.body() = body;
-    req.prepare_payload();
-    http::write(stream, req);
-    beast::flat_buffer buf;
-    http::response<http::string_body> res;
-    http::read(stream, buf, res);
-    return Posted{static_cast<int>(res.result_int()), res.body()};
-}
+Posted post(uint16_t port, const std::string& target, const std::string& body) { return test::http_call(port, http::verb::post, target, body); }
 
 // A file removed when the test ends.
 struct ScratchFile {
@@ -73,11 +57,7 @@ json fold_stream(const std::string& body) {
     std::string content;
     json calls = json::array();
     std::string finish;
-    size_t at = 0;
-    while ((at = body.find("data: ", at)) != std::string::npos) {
-        const size_t end = body.find("\n\n", at);
-        const std::string data = body.substr(at + 6, end - at - 6);
-        at = end;
+    for (const std::string& data : test::sse_data(body)) {
         if (data == "[DONE]") break;
         const json c = json::parse(data);
         const json& ch = c["choices"][0];
