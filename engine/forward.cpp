@@ -85,6 +85,7 @@ ForwardPass::ForwardPass(const LlamaModel& model, ThreadPool& pool, ForwardOptio
     }
     options_.max_logit_rows = std::min(options_.max_logit_rows, options_.max_batch_tokens);
     n_ctx_max_ = hp.n_ctx_train;
+    if (isa_ == Isa::Avx512 && repack_enabled()) packed_ = &model.packed_weights(pool);
     const size_t M = static_cast<size_t>(options_.max_batch_tokens);
     const size_t R = static_cast<size_t>(options_.max_logit_rows);
     const size_t dim = static_cast<size_t>(hp.dim), kv = static_cast<size_t>(hp.kv_dim());
@@ -178,8 +179,22 @@ void ForwardPass::rebuild_draft_head() {
     for (int32_t h = 0; h < H; ++h) {
         std::memcpy(&head_rows_[static_cast<size_t>(h) * row_bytes], cls.row(ids[static_cast<size_t>(h)]), row_bytes);
     }
+    head_rows_packed_ = packed_ != nullptr && packed_->find(cls.data) != nullptr && rows16_packable(cls.type, H, cls.cols);
+    if (head_rows_packed_) {
+        std::vector<unsigned char> packed(head_rows_.size());
+        pack_rows16(cls.type, head_rows_.data(), H, cls.cols, packed.data());
+        head_rows_.swap(packed);
+    }
     head_logits_.resize(static_cast<size_t>(options_.max_logit_rows) * static_cast<size_t>(H));
     head_ids_ = std::move(ids);
+}
+
+void ForwardPass::matmul_weight(const WeightMatrix& w, const PreparedInput& x, float* y, int64_t ldy, int64_t b,
+                                int64_t e) const {
+    if (packed_ != nullptr && b % 16 == 0 && e % 16 == 0) {
+        if (const void* p = packed_->find(w.data)) return matmul_rows16(isa_, w.type, p, x, y, ldy, b, e);
+    }
+    matmul(isa_, w.type, w.data, x, y, ldy, b, e);
 }
 
 std::unique_ptr<PagedKvCache> ForwardPass::make_kv_cache(const KvCacheShape& shape) {
@@ -301,7 +316,7 @@ void ForwardPass::run_layers(int ith, int nth, PagedKvCache& kv) {
             const WeightMatrix& w = seg == 0 ? L.wq : seg == 1 ? L.wk : L.wv;
             const std::vector<float>& bias = seg == 0 ? L.bq : seg == 1 ? L.bk : L.bv;
             const int64_t col0 = seg == 0 ? 0 : seg == 1 ? qd : qd + kvd;
-            matmul(isa_, w.type, w.data, in_attn_.for_type(w.type), &qkv_[col0], qkv_ld, b, e);
+            matmul_weight(w, in_attn_.for_type(w.type), &qkv_[col0], qkv_ld, b, e);
             if (!bias.empty()) {
                 for (int64_t t = 0; t < n_rows_; ++t) {
                     float* out = &qkv_[t * qkv_ld + col0];
@@ -342,7 +357,7 @@ void ForwardPass::run_layers(int ith, int nth, PagedKvCache& kv) {
         // Output projection and residual add, by output columns; with a
         // post-norm (Gemma) the add waits for whole rows.
         share_.share(ith, nth, dim, kMatmulRowAlign, share_chunk(dim), [&](int64_t b, int64_t e) {
-            matmul(isa_, L.wo.type, L.wo.data, in_wo_.for_type(L.wo.type), proj_.data(), dim, b, e);
+            matmul_weight(L.wo, in_wo_.for_type(L.wo.type), proj_.data(), dim, b, e);
             if (L.post_attn_norm.empty()) {
                 for (int64_t t = 0; t < n_rows_; ++t) {
                     for (int64_t n = b; n < e; ++n) x_[t * dim + n] += proj_[t * dim + n];
@@ -359,8 +374,8 @@ void ForwardPass::run_layers(int ith, int nth, PagedKvCache& kv) {
         // gate and up for the same rows of the hidden layer, then SwiGLU.
         share_.share(ith, nth, ffn, kMatmulRowAlign, share_chunk(ffn), [&](int64_t fb, int64_t fe) {
             const Range ffn_range{fb, fe};
-            matmul(isa_, L.w_gate.type, L.w_gate.data, in_ffn_.for_type(L.w_gate.type), ffn_.data(), 2 * ffn, ffn_range.begin, ffn_range.end);
-            matmul(isa_, L.w_up.type, L.w_up.data, in_ffn_.for_type(L.w_up.type), ffn_.data() + ffn, 2 * ffn, ffn_range.begin, ffn_range.end);
+            matmul_weight(L.w_gate, in_ffn_.for_type(L.w_gate.type), ffn_.data(), 2 * ffn, ffn_range.begin, ffn_range.end);
+            matmul_weight(L.w_up, in_ffn_.for_type(L.w_up.type), ffn_.data() + ffn, 2 * ffn, ffn_range.begin, ffn_range.end);
             const bool gelu = hp.family->ffn_activation == FfnActivation::GeluTanh;
             for (int64_t t = 0; t < n_rows_; ++t) {
                 float* g = &ffn_[t * 2 * ffn];
@@ -378,7 +393,7 @@ void ForwardPass::run_layers(int ith, int nth, PagedKvCache& kv) {
         pool_.barrier();
 
         share_.share(ith, nth, dim, kMatmulRowAlign, share_chunk(dim), [&](int64_t b, int64_t e) {
-            matmul(isa_, L.w_down.type, L.w_down.data, in_down_.for_type(L.w_down.type), proj_.data(), dim, b, e);
+            matmul_weight(L.w_down, in_down_.for_type(L.w_down.type), proj_.data(), dim, b, e);
             if (L.post_ffn_norm.empty()) {
                 for (int64_t t = 0; t < n_rows_; ++t) {
                     for (int64_t n = b; n < e; ++n) x_[t * dim + n] += proj_[t * dim + n];
@@ -404,10 +419,18 @@ void ForwardPass::run_layers(int ith, int nth, PagedKvCache& kv) {
     // (ids head_ids_) and writes head_logits_ (R, H) instead of logits_.
     const bool head = draft_head_active();
     const int64_t n_cols = head ? static_cast<int64_t>(head_ids_.size()) : vocab;
-    const void* cls_rows = head ? static_cast<const void*>(head_rows_.data()) : cls.data;
     float* out = head ? head_logits_.data() : logits_.data();
     share_.share(ith, nth, n_cols, kMatmulRowAlign, share_chunk(n_cols), [&](int64_t b, int64_t e) {
-        matmul(isa_, cls.type, cls_rows, in_cls_.for_type(cls.type), out, n_cols, b, e);
+        const PreparedInput& in = in_cls_.for_type(cls.type);
+        if (!head) {
+            matmul_weight(cls, in, out, n_cols, b, e);
+        } else if (head_rows_packed_ && b % 16 == 0 && e % 16 == 0) {
+            matmul_rows16(isa_, cls.type, head_rows_.data(), in, out, n_cols, b, e);
+        } else if (head_rows_packed_) {
+            throw Error("forward: draft head range not whole tiles");  // RangeShare aligns to kMatmulRowAlign
+        } else {
+            matmul(isa_, cls.type, head_rows_.data(), in, out, n_cols, b, e);
+        }
         if (const float cap = hp.final_logit_softcap; cap > 0.0f) {
             for (int64_t o = 0; o < n_out_; ++o) {
                 for (int64_t n = b; n < e; ++n) out[o * n_cols + n] = cap * std::tanh(out[o * n_cols + n] / cap);

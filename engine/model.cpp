@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "engine/error.h"
+#include "engine/packed_weights.h"
 
 namespace specd {
 
@@ -81,6 +82,14 @@ double LlamaHparams::rope_frequency(int32_t i, bool windowed) const {
 
 float LlamaHparams::score_scale() const {
     return attention_scale > 0.0f ? attention_scale : 1.0f / std::sqrt(static_cast<float>(head_dim));
+}
+
+LlamaModel::LlamaModel(gguf::File file) : file_(std::move(file)) {}
+LlamaModel::~LlamaModel() = default;
+
+const PackedWeights& LlamaModel::packed_weights(ThreadPool& pool) const {
+    std::call_once(packed_once_, [&] { packed_ = PackedWeights::build(*this, pool); });
+    return *packed_;
 }
 
 std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& path) {

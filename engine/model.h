@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,9 @@
 #include "engine/tokenizer.h"
 
 namespace specd {
+
+class PackedWeights;
+class ThreadPool;
 
 // Keys are ARCH.* with ARCH = general.architecture ("llama.context_length").
 struct LlamaHparams {
@@ -123,8 +127,15 @@ public:
     const std::vector<float>& output_norm() const { return output_norm_; }  // (dim)
     const WeightMatrix& classifier() const { return output_; }             // (n_vocab, dim)
 
+    // The rows16 copies of the q8_0/q4_0 matrices (engine/packed_weights.h),
+    // made on the first call (with `pool`'s threads) and shared by every
+    // later caller; thread-safe. A cache of derived data, hence const.
+    const PackedWeights& packed_weights(ThreadPool& pool) const;
+
+    ~LlamaModel();
+
 private:
-    explicit LlamaModel(gguf::File file) : file_(std::move(file)) {}
+    explicit LlamaModel(gguf::File file);
     gguf::File file_;
     LlamaHparams hparams_;
     std::unique_ptr<Tokenizer> tokenizer_;
@@ -133,6 +144,8 @@ private:
     std::vector<float> output_norm_;
     WeightMatrix output_;
     bool classifier_tied_ = false;
+    mutable std::once_flag packed_once_;
+    mutable std::unique_ptr<PackedWeights> packed_;
 };
 
 }  // namespace specd
