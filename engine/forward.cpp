@@ -85,7 +85,10 @@ ForwardPass::ForwardPass(const LlamaModel& model, ThreadPool& pool, ForwardOptio
     }
     options_.max_logit_rows = std::min(options_.max_logit_rows, options_.max_batch_tokens);
     n_ctx_max_ = hp.n_ctx_train;
-    if (isa_ == Isa::Avx512 && repack_enabled()) packed_ = &model.packed_weights(pool);
+    if (packed_tile_rows(isa_) > 0 && repack_enabled()) {
+        packed_ = &model.packed_weights(isa_, pool);
+        packed_rows_ = packed_tile_rows(isa_);
+    }
     const size_t M = static_cast<size_t>(options_.max_batch_tokens);
     const size_t R = static_cast<size_t>(options_.max_logit_rows);
     const size_t dim = static_cast<size_t>(hp.dim), kv = static_cast<size_t>(hp.kv_dim());
@@ -179,10 +182,10 @@ void ForwardPass::rebuild_draft_head() {
     for (int32_t h = 0; h < H; ++h) {
         std::memcpy(&head_rows_[static_cast<size_t>(h) * row_bytes], cls.row(ids[static_cast<size_t>(h)]), row_bytes);
     }
-    head_rows_packed_ = packed_ != nullptr && packed_->find(cls.data) != nullptr && rows16_packable(cls.type, H, cls.cols);
+    head_rows_packed_ = packed_ != nullptr && packed_->find(cls.data) != nullptr && packable(isa_, cls.type, H, cls.cols);
     if (head_rows_packed_) {
         std::vector<unsigned char> packed(head_rows_.size());
-        pack_rows16(cls.type, head_rows_.data(), H, cls.cols, packed.data());
+        pack_weights(isa_, cls.type, head_rows_.data(), H, cls.cols, packed.data());
         head_rows_.swap(packed);
     }
     head_logits_.resize(static_cast<size_t>(options_.max_logit_rows) * static_cast<size_t>(H));
@@ -191,8 +194,8 @@ void ForwardPass::rebuild_draft_head() {
 
 void ForwardPass::matmul_weight(const WeightMatrix& w, const PreparedInput& x, float* y, int64_t ldy, int64_t b,
                                 int64_t e) const {
-    if (packed_ != nullptr && b % 16 == 0 && e % 16 == 0) {
-        if (const void* p = packed_->find(w.data)) return matmul_rows16(isa_, w.type, p, x, y, ldy, b, e);
+    if (packed_ != nullptr && b % packed_rows_ == 0 && e % packed_rows_ == 0) {
+        if (const void* p = packed_->find(w.data)) return matmul_packed(isa_, w.type, p, x, y, ldy, b, e);
     }
     matmul(isa_, w.type, w.data, x, y, ldy, b, e);
 }
@@ -424,8 +427,8 @@ void ForwardPass::run_layers(int ith, int nth, PagedKvCache& kv) {
         const PreparedInput& in = in_cls_.for_type(cls.type);
         if (!head) {
             matmul_weight(cls, in, out, n_cols, b, e);
-        } else if (head_rows_packed_ && b % 16 == 0 && e % 16 == 0) {
-            matmul_rows16(isa_, cls.type, head_rows_.data(), in, out, n_cols, b, e);
+        } else if (head_rows_packed_ && b % packed_rows_ == 0 && e % packed_rows_ == 0) {
+            matmul_packed(isa_, cls.type, head_rows_.data(), in, out, n_cols, b, e);
         } else if (head_rows_packed_) {
             throw Error("forward: draft head range not whole tiles");  // RangeShare aligns to kMatmulRowAlign
         } else {

@@ -57,8 +57,8 @@ private:
     void observe_tokens();
     void rebuild_draft_head();
     bool draft_head_active() const { return !head_ids_.empty(); }
-    // matmul of w's rows [b, e) against x, from w's rows16 copy when there
-    // is one (packed_, AVX-512) and the range is whole tiles.
+    // matmul of w's rows [b, e) against x, from w's packed copy when there
+    // is one (packed_) and the range is whole tiles.
     void matmul_weight(const WeightMatrix& w, const PreparedInput& x, float* y, int64_t ldy, int64_t b, int64_t e) const;
 
     const LlamaModel& model_;
@@ -66,7 +66,8 @@ private:
     RangeShare share_;  // the matmul phases' output rows
     ForwardOptions options_;
     Isa isa_;
-    const PackedWeights* packed_ = nullptr;  // the model's rows16 copies (AVX-512 and SPECD_REPACK), else null
+    const PackedWeights* packed_ = nullptr;  // the model's packed copies for isa_ (SPECD_REPACK), else null
+    int64_t packed_rows_ = 0;                // their tile rows (kernels.h packed_tile_rows)
     int32_t n_ctx_max_;  // longest context the RoPE table covers (model's context_length)
 
     // Per call.
@@ -115,7 +116,7 @@ private:
     int64_t missed_since_rebuild_ = 0;        // tokens fed since the last rebuild that the head lacks
     std::vector<int32_t> head_ids_;           // (H) ids of the head's rows, ascending; empty = full head
     std::vector<unsigned char> head_rows_;    // (H, classifier row bytes) those rows of the classifier
-    bool head_rows_packed_ = false;           // head_rows_ holds them in the rows16 layout
+    bool head_rows_packed_ = false;           // head_rows_ holds them in the packed layout
     std::vector<float> head_logits_;          // (R, H) the head's logits before the scatter into logits_
 };
 

@@ -617,52 +617,65 @@ void matmul(Isa isa, TensorType type, const void* W, const PreparedInput& x, flo
     }
 }
 
-bool rows16_packable(TensorType type, int64_t rows, int64_t cols) {
-    return (type == TensorType::Q8_0 || type == TensorType::Q4_0) && rows > 0 && rows % 16 == 0 && cols > 0 &&
+int packed_tile_rows(Isa isa) {
+    switch (isa) {
+        case Isa::Avx512: return 16;
+        case Isa::Avx2: return 8;
+        case Isa::Scalar: break;
+    }
+    return 0;
+}
+
+bool packable(Isa isa, TensorType type, int64_t rows, int64_t cols) {
+    const int R = packed_tile_rows(isa);
+    return (type == TensorType::Q8_0 || type == TensorType::Q4_0) && R > 0 && rows > 0 && rows % R == 0 && cols > 0 &&
            cols % kQuantBlock == 0;
 }
 
-void pack_rows16(TensorType type, const void* src, int64_t rows, int64_t cols, void* dst) {
-    if (!rows16_packable(type, rows, cols)) {
-        throw Error(std::string("pack_rows16: cannot pack ") + tensor_type_name(type) + " " + std::to_string(rows) + "x" +
-                    std::to_string(cols));
+void pack_weights(Isa isa, TensorType type, const void* src, int64_t rows, int64_t cols, void* dst) {
+    if (!packable(isa, type, rows, cols)) {
+        throw Error(std::string("pack_weights: cannot pack ") + tensor_type_name(type) + " " + std::to_string(rows) + "x" +
+                    std::to_string(cols) + " for " + isa_name(isa));
     }
-    const size_t bb = tensor_type_block_bytes(type), codes = 16 * (bb - 2);  // codes of one block of a tile
+    const size_t R = static_cast<size_t>(packed_tile_rows(isa));
+    const size_t bb = tensor_type_block_bytes(type), codes = R * (bb - 2);  // codes of one block of a tile
     const int64_t nb = cols / kQuantBlock;
     const size_t rb = static_cast<size_t>(nb) * bb;
-    const unsigned char flip = type == TensorType::Q8_0 ? 0x80 : 0x00;
-    for (int64_t t = 0; t < rows / 16; ++t) {
-        const auto* s = static_cast<const unsigned char*>(src) + static_cast<size_t>(t) * 16 * rb;  // (16, rb)
-        auto* d = static_cast<unsigned char*>(dst) + static_cast<size_t>(t) * 16 * rb;
+    const unsigned char flip = type == TensorType::Q8_0 && isa == Isa::Avx512 ? 0x80 : 0x00;
+    for (int64_t t = 0; t < rows / static_cast<int64_t>(R); ++t) {
+        const auto* s = static_cast<const unsigned char*>(src) + static_cast<size_t>(t) * R * rb;  // (R, rb)
+        auto* d = static_cast<unsigned char*>(dst) + static_cast<size_t>(t) * R * rb;
         for (int64_t b = 0; b < nb; ++b) {
-            unsigned char* pair = d + static_cast<size_t>(b / 2) * 32 * bb;
+            unsigned char* pair = d + static_cast<size_t>(b / 2) * 2 * R * bb;
             const int64_t in_pair = std::min<int64_t>(2, nb - (b & ~int64_t{1}));
             unsigned char* c = pair + static_cast<size_t>(b & 1) * codes;
-            unsigned char* sc = pair + static_cast<size_t>(in_pair) * codes + static_cast<size_t>(b & 1) * 32;
-            for (int i = 0; i < 16; ++i) {
-                const unsigned char* blk = s + static_cast<size_t>(i) * rb + static_cast<size_t>(b) * bb;  // d, then codes
+            unsigned char* sc = pair + static_cast<size_t>(in_pair) * codes + static_cast<size_t>(b & 1) * 2 * R;
+            for (size_t i = 0; i < R; ++i) {
+                const unsigned char* blk = s + i * rb + static_cast<size_t>(b) * bb;  // d, then codes
                 std::memcpy(sc + 2 * i, blk, 2);
                 for (size_t g = 0; g < (bb - 2) / 4; ++g) {
-                    for (size_t j = 0; j < 4; ++j) c[g * 64 + 4 * static_cast<size_t>(i) + j] = blk[2 + 4 * g + j] ^ flip;
+                    for (size_t j = 0; j < 4; ++j) c[g * 4 * R + 4 * i + j] = blk[2 + 4 * g + j] ^ flip;
                 }
             }
         }
     }
 }
 
-void matmul_rows16(Isa isa, TensorType type, const void* W_packed, const PreparedInput& x, float* y, int64_t ldy,
+void matmul_packed(Isa isa, TensorType type, const void* W_packed, const PreparedInput& x, float* y, int64_t ldy,
                    int64_t n_begin, int64_t n_end) {
-    if (isa != Isa::Avx512 || !isa_supported(isa)) throw Error("matmul_rows16: needs AVX-512");
-    if (type != TensorType::Q8_0 && type != TensorType::Q4_0) throw Error("matmul_rows16: q8_0 or q4_0 weights only");
+    const int R = packed_tile_rows(isa);
+    if (R == 0 || !isa_supported(isa)) throw Error(std::string("matmul_packed: no packed layout for ") + isa_name(isa) + " here");
+    if (type != TensorType::Q8_0 && type != TensorType::Q4_0) throw Error("matmul_packed: q8_0 or q4_0 weights only");
     if (!x.serves(type)) {
-        throw Error(std::string("matmul_rows16: input prepared for ") + tensor_type_name(x.weight_type()) +
+        throw Error(std::string("matmul_packed: input prepared for ") + tensor_type_name(x.weight_type()) +
                     " weights, called with " + tensor_type_name(type));
     }
-    if (n_begin < 0 || n_end < n_begin || n_begin % 16 != 0 || n_end % 16 != 0) {
-        throw Error("matmul_rows16: output range not whole tiles of 16 rows");
+    if (n_begin < 0 || n_end < n_begin || n_begin % R != 0 || n_end % R != 0) {
+        throw Error("matmul_packed: output range not whole tiles of " + std::to_string(R) + " rows");
     }
     if (n_begin == n_end || x.rows() == 0) return;
-    kern::matmul_rows16_avx512(type, W_packed, x, y, ldy, n_begin, n_end);
+    if (isa == Isa::Avx512) kern::matmul_packed_avx512(type, W_packed, x, y, ldy, n_begin, n_end);
+    else kern::matmul_packed_avx2(type, W_packed, x, y, ldy, n_begin, n_end);
 }
 
 float dot_f32(Isa isa, const float* a, const float* b, int64_t n) {

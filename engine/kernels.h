@@ -137,26 +137,28 @@ private:
 void matmul(Isa isa, TensorType type, const void* W, const PreparedInput& x, float* y, int64_t ldy, int64_t n_begin,
             int64_t n_end);
 
-// The 16-row interleaved layout of q8_0 / q4_0 weights ("rows16"): the
-// AVX-512 kernels' register tiles, transposed once at load instead of at
+// Packed q8_0 / q4_0 weights: the SIMD kernels' register tiles of R weight
+// rows (R = 16 on AVX-512, 8 on AVX2), transposed once at load instead of at
 // every block of every call. One-row decoding then reads one linear stream
-// per thread and spends no shuffles on the transpose (see kernels_avx512.cpp).
-// Same bytes as the original; outputs have the same bits as matmul()'s.
-//   Tile t (weight rows 16t..16t+15) starts at byte 16 * t * row_bytes, so
-//   rows n.. of a tile start at n * row_bytes as in the original. Within a
-//   tile, blocks go in pairs (b = 2p, 2p + 1) from p * 32 * block_bytes:
-//     [codes of b] [codes of b + 1] [16 fp16 scales of b] [16 scales of b + 1]
-//   (a last unpaired block: [codes] [scales]); codes are 64-byte chunks g
-//   whose 4-byte lane i holds row i's code bytes 4g..4g+3: 8 chunks for
-//   q8_0, each byte XOR 0x80 (unsigned for vpdpbusd), 4 for q4_0.
-// Packable: q8_0 or q4_0, rows a multiple of 16, K a multiple of 32.
-bool rows16_packable(TensorType type, int64_t rows, int64_t cols);
+// per thread and spends no shuffles on the transpose (kernels_avx512.cpp).
+// Same bytes as the file's layout; outputs have matmul()'s bits exactly.
+//   Tile t (weight rows R t .. R t + R - 1) starts at byte R * t * row_bytes,
+//   so rows n.. of a tile start at n * row_bytes as in the file. Within a
+//   tile, blocks go in pairs (b = 2p, 2p + 1) from p * 2R * block_bytes:
+//     [codes of b] [codes of b + 1] [R fp16 scales of b] [R scales of b + 1]
+//   (a last unpaired block: [codes] [scales]); codes are chunks g of 4R
+//   bytes whose 4-byte lane i holds row i's code bytes 4g..4g+3: 8 chunks
+//   for q8_0 (AVX-512: each byte XOR 0x80, unsigned for vpdpbusd), 4 for q4_0.
+// The layout depends on the ISA; a scalar build has none.
+int packed_tile_rows(Isa isa);  // R: 16 (AVX-512), 8 (AVX2), 0 (scalar)
+// q8_0 or q4_0, rows a multiple of R, K a multiple of 32, and R > 0.
+bool packable(Isa isa, TensorType type, int64_t rows, int64_t cols);
 // src: (rows, cols) in `type`'s layout; dst: the same byte count, 64-byte
 // aligned. Single-threaded; throws specd::Error when not packable.
-void pack_rows16(TensorType type, const void* src, int64_t rows, int64_t cols, void* dst);
-// matmul() on packed weights (Isa::Avx512 only; n_begin and n_end multiples
-// of 16). Thread-safe for disjoint n ranges; allocates nothing.
-void matmul_rows16(Isa isa, TensorType type, const void* W_packed, const PreparedInput& x, float* y, int64_t ldy,
+void pack_weights(Isa isa, TensorType type, const void* src, int64_t rows, int64_t cols, void* dst);
+// matmul() on weights packed for `isa` (n_begin and n_end multiples of R).
+// Thread-safe for disjoint n ranges; allocates nothing.
+void matmul_packed(Isa isa, TensorType type, const void* W_packed, const PreparedInput& x, float* y, int64_t ldy,
                    int64_t n_begin, int64_t n_end);
 
 // Small vector helpers (any n).

@@ -205,6 +205,31 @@ void load_qtile8(const unsigned char* W, size_t rb, int64_t n, int nv, int64_t b
     }
 }
 
+// Block b of a packed tile of 8 rows (kernels.h pack_weights; nb blocks per
+// row): the tile load_qtile8 makes, without the gathers and the transpose.
+template <TensorType T>
+inline void load_packed_qtile8(const unsigned char* tile, int64_t nb, int64_t b, QTile8& t) {
+    constexpr size_t bb = T == TensorType::Q8_0 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0);
+    constexpr size_t codes = 8 * (bb - 2);
+    const unsigned char* pair = tile + static_cast<size_t>(b >> 1) * 16 * bb;
+    const size_t in_pair = (b | 1) < nb ? 2 : 1;
+    const unsigned char* c = pair + static_cast<size_t>(b & 1) * codes;
+    t.s = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(pair + in_pair * codes + static_cast<size_t>(b & 1) * 16)));
+    if constexpr (T == TensorType::Q8_0) {
+        for (int j = 0; j < 8; ++j) {
+            t.sgn[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c + 32 * j));
+            t.g[j] = _mm256_sign_epi8(t.sgn[j], t.sgn[j]);  // |w| (-128 -> 128 as unsigned)
+        }
+    } else {
+        const __m256i low4 = _mm256_set1_epi8(0x0f);
+        for (int g = 0; g < 4; ++g) {
+            const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c + 32 * g));
+            t.g[g] = _mm256_and_si256(q, low4);
+            t.g[g + 4] = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
+        }
+    }
+}
+
 template <TensorType T>
 inline __m256 q_block_row(const QTile8& t, const PreparedInput& x, int64_t b, int r) {
     const int8_t* q = x.q8_block(b, r);
@@ -229,7 +254,8 @@ inline __m256 q_block_row(const QTile8& t, const PreparedInput& x, int64_t b, in
 
 constexpr int kQChunk = 32;  // blocks per transposed chunk (32 * 544 bytes = 17 KiB)
 
-template <TensorType T>
+// Packed: the weights are in kernels.h's packed layout (n0, n1 multiples of 8).
+template <TensorType T, bool Packed = false>
 void matmul_quant(const unsigned char* W, size_t rb, const PreparedInput& x, float* y, int64_t ldy, int64_t n0,
                   int64_t n1) {
     QTile8 tiles[kQChunk];  // transposed blocks b0 .. b0 + nbc of weight rows n .. n + 8
@@ -247,7 +273,10 @@ void matmul_quant(const unsigned char* W, size_t rb, const PreparedInput& x, flo
         }
         for (int64_t b0 = 0; b0 < nb; b0 += kQChunk) {
             const int64_t nbc = std::min<int64_t>(kQChunk, nb - b0);
-            for (int64_t b = 0; b < nbc; ++b) load_qtile8<T>(W, rb, n, nv, b0 + b, tiles[b]);
+            for (int64_t b = 0; b < nbc; ++b) {
+                if constexpr (Packed) load_packed_qtile8<T>(W + n * rb, nb, b0 + b, tiles[b]);
+                else load_qtile8<T>(W, rb, n, nv, b0 + b, tiles[b]);
+            }
             for (int r = 0; r < rows; ++r) {
                 __m256 f0 = _mm256_setzero_ps(), f1 = _mm256_setzero_ps();
                 int64_t b = 0;
@@ -864,6 +893,14 @@ void matmul_float(const unsigned char* W, size_t rb, const PreparedInput& x, flo
 }
 
 }  // namespace
+
+void matmul_packed_avx2(TensorType type, const void* W_packed, const PreparedInput& x, float* y, int64_t ldy,
+                        int64_t n0, int64_t n1) {
+    const unsigned char* w = static_cast<const unsigned char*>(W_packed);
+    const size_t rb = tensor_row_bytes(type, x.k());
+    if (type == TensorType::Q8_0) matmul_quant<TensorType::Q8_0, true>(w, rb, x, y, ldy, n0, n1);
+    else matmul_quant<TensorType::Q4_0, true>(w, rb, x, y, ldy, n0, n1);
+}
 
 void matmul_avx2(TensorType type, const void* W, const PreparedInput& x, float* y, int64_t ldy, int64_t n0,
                  int64_t n1) {

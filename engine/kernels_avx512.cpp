@@ -558,7 +558,7 @@ void q_direct_n(int nr, const unsigned char* W, size_t rb, const PreparedInput& 
 }
 
 // ---------------------------------------- q8_0/q4_0, 16-row packed weights ---
-// The same tiles as above, read from the rows16 layout (kernels.h) that
+// The same tiles as above, read from the packed layout (kernels.h) that
 // holds them already transposed: per block, one 32-byte scale load and 8
 // (q8_0) or 4 (q4_0) aligned 64-byte loads, where load_qtile spends ~40
 // loads, inserts and shuffles. The integer and float steps are
@@ -1524,7 +1524,7 @@ void matmul_avx512(TensorType type, const void* W, const PreparedInput& x, float
     }
 }
 
-void matmul_rows16_avx512(TensorType type, const void* W_packed, const PreparedInput& x, float* y, int64_t ldy,
+void matmul_packed_avx512(TensorType type, const void* W_packed, const PreparedInput& x, float* y, int64_t ldy,
                           int64_t n0, int64_t n1) {
     const unsigned char* w = static_cast<const unsigned char*>(W_packed);
     const size_t rb = tensor_row_bytes(type, x.k());

@@ -111,9 +111,12 @@ void matmul_avx2(TensorType type, const void* W, const PreparedInput& x, float* 
 void matmul_avx512(TensorType type, const void* W, const PreparedInput& x, float* y, int64_t ldy, int64_t n_begin,
                    int64_t n_end);
 
-// Packed q8_0/q4_0 weights (kernels.h pack_rows16), n0 and n1 multiples of 16.
-void matmul_rows16_avx512(TensorType type, const void* W_packed, const PreparedInput& x, float* y, int64_t ldy,
+// Packed q8_0/q4_0 weights (kernels.h pack_weights), n0 and n1 multiples of
+// the ISA's tile rows.
+void matmul_packed_avx512(TensorType type, const void* W_packed, const PreparedInput& x, float* y, int64_t ldy,
                           int64_t n0, int64_t n1);
+void matmul_packed_avx2(TensorType type, const void* W_packed, const PreparedInput& x, float* y, int64_t ldy,
+                        int64_t n0, int64_t n1);
 
 float dot_f32_avx2(const float* a, const float* b, int64_t n);
 float dot_f32_avx512(const float* a, const float* b, int64_t n);

@@ -87,9 +87,10 @@ float LlamaHparams::score_scale() const {
 LlamaModel::LlamaModel(gguf::File file) : file_(std::move(file)) {}
 LlamaModel::~LlamaModel() = default;
 
-const PackedWeights& LlamaModel::packed_weights(ThreadPool& pool) const {
-    std::call_once(packed_once_, [&] { packed_ = PackedWeights::build(*this, pool); });
-    return *packed_;
+const PackedWeights& LlamaModel::packed_weights(Isa isa, ThreadPool& pool) const {
+    const size_t i = static_cast<size_t>(isa);
+    std::call_once(packed_once_[i], [&] { packed_[i] = PackedWeights::build(*this, isa, pool); });
+    return *packed_[i];
 }
 
 std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& path) {

@@ -19,6 +19,7 @@ namespace specd {
 
 class PackedWeights;
 class ThreadPool;
+enum class Isa;
 
 // Keys are ARCH.* with ARCH = general.architecture ("llama.context_length").
 struct LlamaHparams {
@@ -127,10 +128,11 @@ public:
     const std::vector<float>& output_norm() const { return output_norm_; }  // (dim)
     const WeightMatrix& classifier() const { return output_; }             // (n_vocab, dim)
 
-    // The rows16 copies of the q8_0/q4_0 matrices (engine/packed_weights.h),
-    // made on the first call (with `pool`'s threads) and shared by every
-    // later caller; thread-safe. A cache of derived data, hence const.
-    const PackedWeights& packed_weights(ThreadPool& pool) const;
+    // The packed copies of the q8_0/q4_0 matrices for `isa`
+    // (engine/packed_weights.h), made on the first call for that ISA (with
+    // `pool`'s threads) and shared by every later caller; thread-safe. A
+    // cache of derived data, hence const.
+    const PackedWeights& packed_weights(Isa isa, ThreadPool& pool) const;
 
     ~LlamaModel();
 
@@ -144,8 +146,8 @@ private:
     std::vector<float> output_norm_;
     WeightMatrix output_;
     bool classifier_tied_ = false;
-    mutable std::once_flag packed_once_;
-    mutable std::unique_ptr<PackedWeights> packed_;
+    mutable std::once_flag packed_once_[3];                // per Isa value
+    mutable std::unique_ptr<PackedWeights> packed_[3];     // per Isa value
 };
 
 }  // namespace specd

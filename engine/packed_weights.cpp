@@ -11,14 +11,15 @@ namespace specd {
 
 void PackedWeights::FreeAligned::operator()(unsigned char* p) const { std::free(p); }
 
-std::unique_ptr<PackedWeights> PackedWeights::build(const LlamaModel& model, ThreadPool& pool) {
+std::unique_ptr<PackedWeights> PackedWeights::build(const LlamaModel& model, Isa isa, ThreadPool& pool) {
     auto pw = std::unique_ptr<PackedWeights>(new PackedWeights());
-    const bool amx_q8 = amx_enabled();
+    pw->isa_ = isa;
+    const bool amx_q8 = isa == Isa::Avx512 && amx_enabled();
     // Each distinct matrix once (a tied classifier is the embedding table,
     // which only the classifier reads as a matrix).
     std::vector<const WeightMatrix*> todo;
     auto consider = [&](const WeightMatrix& w) {
-        if (!rows16_packable(w.type, w.rows, w.cols) || (w.type == TensorType::Q8_0 && amx_q8)) return;
+        if (!packable(isa, w.type, w.rows, w.cols) || (w.type == TensorType::Q8_0 && amx_q8)) return;
         if (pw->by_data_.emplace(w.data, nullptr).second) todo.push_back(&w);
     };
     for (const LlamaLayer& L : model.layers()) {
@@ -37,7 +38,7 @@ std::unique_ptr<PackedWeights> PackedWeights::build(const LlamaModel& model, Thr
     pool.run([&](int ith, int nth) {
         for (size_t i = static_cast<size_t>(ith); i < todo.size(); i += static_cast<size_t>(nth)) {
             const WeightMatrix& w = *todo[i];
-            pack_rows16(w.type, w.data, w.rows, w.cols, dst[i]);
+            pack_weights(isa, w.type, w.data, w.rows, w.cols, dst[i]);
         }
     });
     for (size_t i = 0; i < todo.size(); ++i) pw->by_data_[todo[i]->data] = dst[i];

@@ -1,10 +1,10 @@
-// The rows16 copies (kernels.h pack_rows16) of a model's q8_0 / q4_0 weight
-// matrices, for the AVX-512 forward pass: its one-row decoding then reads one
-// linear stream per thread and transposes nothing (docs/BENCHMARKS.md,
-// "repacked q4_0/q8_0"). Made once per model by the first AVX-512
-// ForwardPass (LlamaModel::packed_weights) and shared by every later one;
-// the scalar reference, the AVX2 path and the GPU backend keep reading the
-// file's layout. Costs the packed matrices' bytes in anonymous memory (the
+// The packed copies (kernels.h pack_weights) of a model's q8_0 / q4_0 weight
+// matrices for one ISA's forward pass (AVX-512: tiles of 16 rows, AVX2: 8):
+// its one-row decoding then reads one linear stream per thread and
+// transposes nothing (docs/BENCHMARKS.md, "repacked q4_0/q8_0"). Made once
+// per model and ISA by the first ForwardPass (LlamaModel::packed_weights)
+// and shared by every later one; the scalar reference and the GPU backend
+// keep reading the file's layout. Costs the packed matrices' bytes in anonymous memory (the
 // file's pages of them are no longer read and may be dropped from the page
 // cache). SPECD_REPACK=0 (or off, false) turns it off.
 //
@@ -17,6 +17,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "engine/kernels.h"
 #include "engine/model.h"
 #include "engine/thread_pool.h"
 
@@ -24,13 +25,14 @@ namespace specd {
 
 class PackedWeights {
 public:
-    // Packs every packable matrix of `model` (kernels.h rows16_packable),
-    // the threads of `pool` splitting the matrices.
-    static std::unique_ptr<PackedWeights> build(const LlamaModel& model, ThreadPool& pool);
+    // Packs every matrix of `model` packable for `isa` (kernels.h
+    // packable), the threads of `pool` splitting the matrices.
+    static std::unique_ptr<PackedWeights> build(const LlamaModel& model, Isa isa, ThreadPool& pool);
     // The packed copy of the matrix whose file data is `data`, or nullptr.
     const void* find(const void* data) const;
     size_t bytes() const { return bytes_; }
     size_t matrices() const { return by_data_.size(); }
+    Isa isa() const { return isa_; }
 
 private:
     struct FreeAligned {
@@ -39,6 +41,7 @@ private:
     std::unordered_map<const void*, const unsigned char*> by_data_;
     std::vector<std::unique_ptr<unsigned char, FreeAligned>> buffers_;  // one per packed matrix, 64-byte aligned
     size_t bytes_ = 0;
+    Isa isa_ = Isa::Scalar;
 };
 
 // SPECD_REPACK: unset, 1, on or true packs; 0, off or false does not; any

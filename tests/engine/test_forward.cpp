@@ -246,38 +246,41 @@ TEST_CASE("forward: bad batches are refused with a clear error and leave the cac
 
 // ------------------------------------------------------------ draft head ---
 
-TEST_CASE("forward: repacked q8_0 and q4_0 weights give the file layout's logits bit for bit, batched, in one-row "
-          "steps and through a packed draft head",
+TEST_CASE("forward: repacked q8_0 and q4_0 weights give the file layout's logits bit for bit on each SIMD ISA, "
+          "batched, in one-row steps and through a packed draft head",
           "[forward]") {
-    if (!isa_supported(Isa::Avx512)) {
-        WARN("skipped: no AVX-512, nothing is repacked on this CPU");
-        return;
-    }
-    for (const char* file : {"stories15M-q8_0.gguf", "stories15M-q4_0.gguf"}) {
-        INFO(file);
-        auto model = load(file);
-        ThreadPool pool(2);
-        ForwardOptions options;
-        options.draft_head_tokens = 256;  // whole tiles: the head's rows are packed too
-        setenv("SPECD_REPACK", "0", 1);
-        ForwardPass plain(*model, pool, options);
-        setenv("SPECD_REPACK", "1", 1);
-        ForwardPass packed(*model, pool, options);
-        unsetenv("SPECD_REPACK");
-        REQUIRE(model->packed_weights(pool).matrices() > 0);
-        REQUIRE(plain.isa() == Isa::Avx512);
-        const int32_t n_ctx = model->hparams().n_ctx_train;
-        PagedKvCache kv_plain(plain.kv_shape(n_ctx, 1)), kv_packed(packed.kv_shape(n_ctx, 1));
-        // Until the draft head is built, then once more with it.
-        for (int64_t fed = 0; fed <= kDraftHeadWarmupTokens; fed += static_cast<int64_t>(kTokens.size())) {
-            const int32_t a = kv_plain.create_sequence(), b = kv_packed.create_sequence();
-            const std::vector<float> batch_a = forward_one(plain, kv_plain, a, kTokens, true);
-            const std::vector<float> batch_b = forward_one(packed, kv_packed, b, kTokens, true);
-            REQUIRE(batch_a == batch_b);
-            const std::vector<int32_t> next = {263};
-            REQUIRE(forward_one(plain, kv_plain, a, next, false) == forward_one(packed, kv_packed, b, next, false));
-            kv_plain.free_sequence(a);
-            kv_packed.free_sequence(b);
+    for (const char* isa_env : {"avx2", "avx512"}) {
+        for (const char* file : {"stories15M-q8_0.gguf", "stories15M-q4_0.gguf"}) {
+            INFO(isa_env << " " << file);
+            auto model = load(file);
+            ThreadPool pool(2);
+            ForwardOptions options;
+            options.draft_head_tokens = 256;  // whole tiles: the head's rows are packed too
+            setenv("SPECD_ISA", isa_env, 1);
+            setenv("SPECD_REPACK", "0", 1);
+            ForwardPass plain(*model, pool, options);
+            setenv("SPECD_REPACK", "1", 1);
+            ForwardPass packed(*model, pool, options);
+            unsetenv("SPECD_REPACK");
+            unsetenv("SPECD_ISA");
+            if (std::string(isa_name(packed.isa())) != isa_env) {
+                WARN("skipping ISA " << isa_env << ": this CPU lacks it");
+                continue;
+            }
+            REQUIRE(model->packed_weights(packed.isa(), pool).matrices() > 0);
+            const int32_t n_ctx = model->hparams().n_ctx_train;
+            PagedKvCache kv_plain(plain.kv_shape(n_ctx, 1)), kv_packed(packed.kv_shape(n_ctx, 1));
+            // Until the draft head is built, then a few more steps with it.
+            for (int64_t fed = 0; fed <= kDraftHeadWarmupTokens; fed += static_cast<int64_t>(kTokens.size())) {
+                const int32_t a = kv_plain.create_sequence(), b = kv_packed.create_sequence();
+                const std::vector<float> batch_a = forward_one(plain, kv_plain, a, kTokens, true);
+                const std::vector<float> batch_b = forward_one(packed, kv_packed, b, kTokens, true);
+                REQUIRE(batch_a == batch_b);
+                const std::vector<int32_t> next = {263};
+                REQUIRE(forward_one(plain, kv_plain, a, next, false) == forward_one(packed, kv_packed, b, next, false));
+                kv_plain.free_sequence(a);
+                kv_packed.free_sequence(b);
+            }
         }
     }
 }

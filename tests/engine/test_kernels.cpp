@@ -396,59 +396,69 @@ TEST_CASE("matmul, q8_0 and q4_0: a row's outputs have the same bits alone, in a
     }
 }
 
-TEST_CASE("matmul_rows16: packed q8_0 and q4_0 weights give matmul's bits exactly (1 to 40 rows, odd and even block counts, whole-tile ranges), and bad shapes are refused",
+TEST_CASE("matmul_packed: packed q8_0 and q4_0 weights give matmul's bits exactly on each SIMD ISA (1 to 40 rows, odd and even block counts, whole-tile ranges), and bad shapes are refused",
           "[kernels]") {
-    if (!isa_supported(Isa::Avx512)) {
-        WARN("skipped: this CPU has no AVX-512 (the packed layout is its kernels')");
-        return;
-    }
     const int64_t N = 64, ldy = N + 3;
-    for (TensorType type : {TensorType::Q8_0, TensorType::Q4_0}) {
-        // 2 blocks (one pair), 3 (a pair and a lone block), 37 (past a 32-block chunk of the many-row path).
-        for (int64_t K : {int64_t{64}, int64_t{96}, int64_t{32 * 37}}) {
-            Weights w = make_weights(type, N, K, 500 + static_cast<uint32_t>(K));
-            if (type == TensorType::Q8_0) {  // the extreme codes in a few rows
-                for (int64_t n = 0; n < N; n += 7) {
-                    BlockQ8_0* blk = reinterpret_cast<BlockQ8_0*>(w.data.data() + static_cast<size_t>(n) * w.row_bytes);
-                    for (int j = 0; j < 32; ++j) blk->qs[j] = static_cast<int8_t>(j % 2 ? -128 : 127);
+    for (Isa isa : simd_isas()) {
+        const int64_t R = packed_tile_rows(isa);
+        REQUIRE(R > 0);
+        for (TensorType type : {TensorType::Q8_0, TensorType::Q4_0}) {
+            // 2 blocks (one pair), 3 (a pair and a lone block), 37 (past a 32-block chunk).
+            for (int64_t K : {int64_t{64}, int64_t{96}, int64_t{32 * 37}}) {
+                Weights w = make_weights(type, N, K, 500 + static_cast<uint32_t>(K));
+                if (type == TensorType::Q8_0) {  // the extreme codes in a few rows
+                    for (int64_t n = 0; n < N; n += 7) {
+                        BlockQ8_0* blk = reinterpret_cast<BlockQ8_0*>(w.data.data() + static_cast<size_t>(n) * w.row_bytes);
+                        for (int j = 0; j < 32; ++j) blk->qs[j] = static_cast<int8_t>(j % 2 ? -128 : 127);
+                    }
                 }
-            }
-            REQUIRE(rows16_packable(type, N, K));
-            std::vector<unsigned char> packed(w.data.size());
-            pack_rows16(type, w.ptr(), N, K, packed.data());
-            REQUIRE(packed != w.data);  // the layout differs; only the products agree
-            for (int rows : {1, 2, 5, 9, 16, 17, 33, 40}) {
-                INFO(tensor_type_name(type) << " K " << K << " rows " << rows);
-                const int64_t ldx = K + 5;
-                const std::vector<float> x = make_x(rows, K, ldx, 600 + static_cast<uint32_t>(rows));
-                PreparedInput in;
-                prepare(in, Isa::Avx512, type, x, rows, K, ldx);
-                const std::vector<float> want = run_matmul(Isa::Avx512, w, in, ldy, 0, N);
-                std::vector<float> got(static_cast<size_t>(rows * ldy), kSentinel);
-                for (auto [n0, n1] : {std::pair<int64_t, int64_t>{0, 16}, {16, 48}, {48, N}}) {
-                    matmul_rows16(Isa::Avx512, type, packed.data(), in, got.data(), ldy, n0, n1);
+                REQUIRE(packable(isa, type, N, K));
+                std::vector<unsigned char> packed(w.data.size());
+                pack_weights(isa, type, w.ptr(), N, K, packed.data());
+                REQUIRE(packed != w.data);  // the layout differs; only the products agree
+                for (int rows : {1, 2, 5, 9, 16, 17, 33, 40}) {
+                    INFO(isa_name(isa) << " " << tensor_type_name(type) << " K " << K << " rows " << rows);
+                    const int64_t ldx = K + 5;
+                    const std::vector<float> x = make_x(rows, K, ldx, 600 + static_cast<uint32_t>(rows));
+                    PreparedInput in;
+                    prepare(in, isa, type, x, rows, K, ldx);
+                    const std::vector<float> want = run_matmul(isa, w, in, ldy, 0, N);
+                    std::vector<float> got(static_cast<size_t>(rows * ldy), kSentinel);
+                    for (auto [n0, n1] : {std::pair<int64_t, int64_t>{0, 16}, {16, 48}, {48, 56}, {56, N}}) {
+                        if (n0 % R != 0 || n1 % R != 0) continue;  // AVX-512: 48..64 in one call
+                        matmul_packed(isa, type, packed.data(), in, got.data(), ldy, n0, n1);
+                    }
+                    if (R == 16) matmul_packed(isa, type, packed.data(), in, got.data(), ldy, 48, N);
+                    REQUIRE(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0);
                 }
-                REQUIRE(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0);
             }
         }
     }
-    // Refused: other types, rows not a multiple of 16, K not whole blocks,
-    // ranges not whole tiles, another ISA.
-    CHECK_FALSE(rows16_packable(TensorType::Q4_K, 64, 256));
-    CHECK_FALSE(rows16_packable(TensorType::Q8_0, 40, 64));
-    CHECK_FALSE(rows16_packable(TensorType::Q4_0, 64, 48));
+    // Refused: other types, rows not whole tiles, K not whole blocks, the
+    // scalar ISA, ranges not whole tiles, weights packed for nothing here.
+    CHECK(packed_tile_rows(Isa::Scalar) == 0);
+    CHECK_FALSE(packable(Isa::Avx2, TensorType::Q4_K, 64, 256));
+    CHECK_FALSE(packable(Isa::Avx2, TensorType::Q8_0, 20, 64));
+    CHECK(packable(Isa::Avx2, TensorType::Q8_0, 40, 64));
+    CHECK_FALSE(packable(Isa::Avx512, TensorType::Q8_0, 40, 64));
+    CHECK_FALSE(packable(Isa::Avx512, TensorType::Q4_0, 64, 48));
+    CHECK_FALSE(packable(Isa::Scalar, TensorType::Q4_0, 64, 64));
     std::vector<unsigned char> buf(tensor_row_bytes(TensorType::Q8_0, 64) * 40);
-    CHECK_THROWS_WITH(pack_rows16(TensorType::Q8_0, buf.data(), 40, 64, buf.data()), Catch::Contains("cannot pack q8_0 40x64"));
-    const Weights w = make_weights(TensorType::Q4_0, 32, 64, 9);
-    std::vector<unsigned char> packed(w.data.size());
-    pack_rows16(TensorType::Q4_0, w.ptr(), 32, 64, packed.data());
-    const std::vector<float> x = make_x(1, 64, 64, 10);
-    PreparedInput in;
-    prepare(in, Isa::Avx512, TensorType::Q4_0, x, 1, 64, 64);
-    std::vector<float> y(32);
-    CHECK_THROWS_WITH(matmul_rows16(Isa::Avx512, TensorType::Q4_0, packed.data(), in, y.data(), 32, 0, 24), Catch::Contains("whole tiles"));
-    CHECK_THROWS_WITH(matmul_rows16(Isa::Avx2, TensorType::Q4_0, packed.data(), in, y.data(), 32, 0, 32), Catch::Contains("AVX-512"));
-    CHECK_THROWS_WITH(matmul_rows16(Isa::Avx512, TensorType::Q8_0, packed.data(), in, y.data(), 32, 0, 32), Catch::Contains("prepared for q4_0"));
+    CHECK_THROWS_WITH(pack_weights(Isa::Avx512, TensorType::Q8_0, buf.data(), 40, 64, buf.data()),
+                      Catch::Contains("cannot pack q8_0 40x64 for avx512"));
+    for (Isa isa : simd_isas()) {
+        const Weights w = make_weights(TensorType::Q4_0, 32, 64, 9);
+        std::vector<unsigned char> packed(w.data.size());
+        pack_weights(isa, TensorType::Q4_0, w.ptr(), 32, 64, packed.data());
+        const std::vector<float> x = make_x(1, 64, 64, 10);
+        PreparedInput in;
+        prepare(in, isa, TensorType::Q4_0, x, 1, 64, 64);
+        std::vector<float> y(32);
+        CHECK_THROWS_WITH(matmul_packed(isa, TensorType::Q4_0, packed.data(), in, y.data(), 32, 0, 4), Catch::Contains("whole tiles"));
+        CHECK_THROWS_WITH(matmul_packed(Isa::Scalar, TensorType::Q4_0, packed.data(), in, y.data(), 32, 0, 32),
+                          Catch::Contains("no packed layout for scalar"));
+        CHECK_THROWS_WITH(matmul_packed(isa, TensorType::Q8_0, packed.data(), in, y.data(), 32, 0, 32), Catch::Contains("prepared for q4_0"));
+    }
 }
 
 TEST_CASE("matmul, every weight type: a row's outputs have the same bits alone as in a batch of 2 to 70 rows", "[kernels]") {
