@@ -10,6 +10,7 @@
 #include <cstring>
 #include <new>
 #include <string>
+#include <vector>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <sys/syscall.h>
@@ -626,10 +627,36 @@ int packed_tile_rows(Isa isa) {
     return 0;
 }
 
+namespace {
+
+// The packed layout of a type: its block (bytes, elements) and the fp16
+// kept apart in the tail (offset in the block), if any.
+struct PackedBlock {
+    size_t bytes = 0;
+    int64_t elems = 0;
+    size_t tail_at = SIZE_MAX;  // SIZE_MAX: every byte goes to the chunks
+};
+
+bool k_quant(TensorType type) {
+    return type == TensorType::Q2_K || type == TensorType::Q3_K || type == TensorType::Q4_K || type == TensorType::Q5_K ||
+           type == TensorType::Q6_K;
+}
+
+PackedBlock packed_block(TensorType type) {
+    PackedBlock p{tensor_type_block_bytes(type), tensor_type_block_elements(type), SIZE_MAX};
+    if (type == TensorType::Q8_0 || type == TensorType::Q4_0) p.tail_at = 0;  // the scale d
+    if (type == TensorType::Q6_K) p.tail_at = offsetof(BlockQ6_K, d);
+    if (type == TensorType::Q3_K) p.tail_at = offsetof(BlockQ3_K, d);
+    return p;
+}
+
+}  // namespace
+
 bool packable(Isa isa, TensorType type, int64_t rows, int64_t cols) {
     const int R = packed_tile_rows(isa);
-    return (type == TensorType::Q8_0 || type == TensorType::Q4_0) && R > 0 && rows > 0 && rows % R == 0 && cols > 0 &&
-           cols % kQuantBlock == 0;
+    const bool q32 = type == TensorType::Q8_0 || type == TensorType::Q4_0;
+    if (R == 0 || !(q32 || (isa == Isa::Avx512 && k_quant(type)))) return false;
+    return rows > 0 && rows % R == 0 && cols > 0 && cols % tensor_type_block_elements(type) == 0;
 }
 
 void pack_weights(Isa isa, TensorType type, const void* src, int64_t rows, int64_t cols, void* dst) {
@@ -638,23 +665,33 @@ void pack_weights(Isa isa, TensorType type, const void* src, int64_t rows, int64
                     std::to_string(cols) + " for " + isa_name(isa));
     }
     const size_t R = static_cast<size_t>(packed_tile_rows(isa));
-    const size_t bb = tensor_type_block_bytes(type), codes = R * (bb - 2);  // codes of one block of a tile
-    const int64_t nb = cols / kQuantBlock;
+    const PackedBlock pb = packed_block(type);
+    const size_t bb = pb.bytes, tail = pb.tail_at == SIZE_MAX ? 0 : 2;
+    const size_t body = R * (bb - tail);  // chunk bytes of one block of a tile
+    const int64_t nb = cols / pb.elems;
     const size_t rb = static_cast<size_t>(nb) * bb;
+    // AVX-512 reads q8_0 codes as unsigned bytes (w + 128); nothing else changes.
     const unsigned char flip = type == TensorType::Q8_0 && isa == Isa::Avx512 ? 0x80 : 0x00;
+    std::vector<unsigned char> rest(bb - tail);  // one row's block without the tail
     for (int64_t t = 0; t < rows / static_cast<int64_t>(R); ++t) {
         const auto* s = static_cast<const unsigned char*>(src) + static_cast<size_t>(t) * R * rb;  // (R, rb)
         auto* d = static_cast<unsigned char*>(dst) + static_cast<size_t>(t) * R * rb;
         for (int64_t b = 0; b < nb; ++b) {
             unsigned char* pair = d + static_cast<size_t>(b / 2) * 2 * R * bb;
             const int64_t in_pair = std::min<int64_t>(2, nb - (b & ~int64_t{1}));
-            unsigned char* c = pair + static_cast<size_t>(b & 1) * codes;
-            unsigned char* sc = pair + static_cast<size_t>(in_pair) * codes + static_cast<size_t>(b & 1) * 2 * R;
+            unsigned char* c = pair + static_cast<size_t>(b & 1) * body;
+            unsigned char* tl = pair + static_cast<size_t>(in_pair) * body + static_cast<size_t>(b & 1) * 2 * R;
             for (size_t i = 0; i < R; ++i) {
-                const unsigned char* blk = s + i * rb + static_cast<size_t>(b) * bb;  // d, then codes
-                std::memcpy(sc + 2 * i, blk, 2);
-                for (size_t g = 0; g < (bb - 2) / 4; ++g) {
-                    for (size_t j = 0; j < 4; ++j) c[g * 4 * R + 4 * i + j] = blk[2 + 4 * g + j] ^ flip;
+                const unsigned char* blk = s + i * rb + static_cast<size_t>(b) * bb;
+                if (tail != 0) {
+                    std::memcpy(tl + 2 * i, blk + pb.tail_at, 2);
+                    std::memcpy(rest.data(), blk, pb.tail_at);
+                    std::memcpy(rest.data() + pb.tail_at, blk + pb.tail_at + 2, bb - pb.tail_at - 2);
+                } else {
+                    std::memcpy(rest.data(), blk, bb);
+                }
+                for (size_t q = 0; q < rest.size() / 4; ++q) {  // q8_0: every byte but the (tail) scale is a code
+                    for (size_t j = 0; j < 4; ++j) c[q * 4 * R + 4 * i + j] = rest[4 * q + j] ^ flip;
                 }
             }
         }
@@ -665,7 +702,9 @@ void matmul_packed(Isa isa, TensorType type, const void* W_packed, const Prepare
                    int64_t n_begin, int64_t n_end) {
     const int R = packed_tile_rows(isa);
     if (R == 0 || !isa_supported(isa)) throw Error(std::string("matmul_packed: no packed layout for ") + isa_name(isa) + " here");
-    if (type != TensorType::Q8_0 && type != TensorType::Q4_0) throw Error("matmul_packed: q8_0 or q4_0 weights only");
+    if (type != TensorType::Q8_0 && type != TensorType::Q4_0 && !(isa == Isa::Avx512 && k_quant(type))) {
+        throw Error(std::string("matmul_packed: no packed ") + tensor_type_name(type) + " kernel for " + isa_name(isa));
+    }
     if (!x.serves(type)) {
         throw Error(std::string("matmul_packed: input prepared for ") + tensor_type_name(x.weight_type()) +
                     " weights, called with " + tensor_type_name(type));

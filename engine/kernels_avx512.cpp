@@ -27,6 +27,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <type_traits>
 #include <vector>
@@ -1099,23 +1100,100 @@ SPECD_INLINE __m512i bits_at(__m512i v, int sh, int mask, int to) {
 template <class Block>
 constexpr bool kGroups16 = !std::is_same_v<Block, BlockQ4_K> && !std::is_same_v<Block, BlockQ5_K>;
 
-// Decodes super-block `sb` of the 16 weight rows at rp (rows past the last
-// valid one repeat it) into t: the scales and mins, and (kCodes) the codes.
-template <class Block, bool kCodes = true>
-SPECD_INLINE void decode_ktile(const unsigned char* const rp[16], int64_t sb, KTile& t) {
-    const size_t off = static_cast<size_t>(sb) * sizeof(Block);
-    if constexpr (std::is_same_v<Block, BlockQ4_K> || std::is_same_v<Block, BlockQ5_K>) {
-        constexpr bool kQ5 = std::is_same_v<Block, BlockQ5_K>;
-        const __m512 d = fp16x16(rp, off + offsetof(Block, d)), dmin = fp16x16(rp, off + offsetof(Block, dmin));
-        alignas(64) uint8_t buf[16][16];  // per row: the 8 scales, then the 8 mins
+// Where decode_ktile reads a super-block of 16 weight rows, as 16-lane
+// vectors (lane i = weight row i), at byte offsets o within the rows:
+//   dwords16(o, d): d[g] = bytes o + 4g .. o + 4g + 3 (g < 4); dwords32: g < 8
+//   halves(o): the fp16 at o, as floats
+//   q4k_scales(o, sm): Q4_K/Q5_K's 12 scale bytes at o decoded, sm[0..4) =
+//     the 8 scales, then the 8 mins, one byte each (q4_k_scale_bytes' order)
+//   q3k_scales(o, sc): Q3_K's 16 scales minus 32 (q3_k_scales' order)
+// RowSrc: the file's layout (16 row pointers; transposes per call).
+struct RowSrc {
+    const unsigned char* const* rp;  // (16) weight row i
+    SPECD_INLINE void dwords16(size_t o, __m512i d[4]) const { transpose16x16(rp, o, d); }
+    SPECD_INLINE void dwords32(size_t o, __m512i d[8]) const { transpose16x32(rp, o, d); }
+    SPECD_INLINE __m512 halves(size_t o) const { return fp16x16(rp, o); }
+    template <class Decode>
+    SPECD_INLINE void scale_bytes(size_t o, __m512i out[4], Decode decode) const {
+        alignas(64) uint8_t buf[16][16];  // per row: the decoded bytes
         const unsigned char* bp[16];
         SPECD_UNROLL
         for (int i = 0; i < 16; ++i) {
-            _mm_store_si128(reinterpret_cast<__m128i*>(buf[i]), q4_k_scale_bytes(rp[i] + off + offsetof(Block, scales)));
+            _mm_store_si128(reinterpret_cast<__m128i*>(buf[i]), decode(rp[i] + o));
             bp[i] = buf[i];
         }
-        __m512i sm[4];
-        transpose16x16(bp, 0, sm);
+        transpose16x16(bp, 0, out);
+    }
+    SPECD_INLINE void q4k_scales(size_t o, __m512i sm[4]) const { scale_bytes(o, sm, q4_k_scale_bytes); }
+    SPECD_INLINE void q3k_scales(size_t o, __m512i sc[4]) const { scale_bytes(o, sc, q3_k_scales); }
+};
+
+// PackedSrc: one super-block of a packed tile (kernels.h pack_weights): the
+// block's bytes as 64-byte chunks q (lane i = row i's bytes 4q..4q+3),
+// except a trailing fp16 (Q6_K's, Q3_K's d, at tail_at) kept apart as 16
+// fp16 values. Every read is a load and a few lane-wise bit operations.
+struct PackedSrc {
+    const unsigned char* body;  // (bytes without the tail / 4) chunks of 64 bytes
+    const unsigned char* tail;  // 16 fp16, or null
+    size_t tail_at;             // the tail's offset in the block (SIZE_MAX: none)
+    SPECD_INLINE __m512i chunk(size_t q) const { return _mm512_loadu_si512(body + 64 * q); }
+    SPECD_INLINE void dwords16(size_t o, __m512i d[4]) const {
+        SPECD_UNROLL
+        for (int g = 0; g < 4; ++g) d[g] = chunk(o / 4 + static_cast<size_t>(g));
+    }
+    SPECD_INLINE void dwords32(size_t o, __m512i d[8]) const {
+        SPECD_UNROLL
+        for (int g = 0; g < 8; ++g) d[g] = chunk(o / 4 + static_cast<size_t>(g));
+    }
+    SPECD_INLINE __m512 halves(size_t o) const {
+        if (o == tail_at) return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(tail)));
+        __m512i c = chunk(o / 4);
+        if (o % 4 != 0) c = _mm512_srli_epi32(c, 16);
+        return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(c));
+    }
+    SPECD_INLINE void q4k_scales(size_t o, __m512i sm[4]) const {
+        const __m512i w0 = chunk(o / 4), w1 = chunk(o / 4 + 1), w2 = chunk(o / 4 + 2);
+        const __m512i m6 = _mm512_set1_epi32(0x3f3f3f3f), m4 = _mm512_set1_epi32(0x0f0f0f0f), m2 = _mm512_set1_epi32(0x03030303);
+        sm[0] = _mm512_and_si512(w0, m6);
+        sm[1] = _mm512_or_si512(_mm512_and_si512(w2, m4), _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(w0, 6), m2), 4));
+        sm[2] = _mm512_and_si512(w1, m6);
+        sm[3] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(w2, 4), m4),
+                                _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(w1, 6), m2), 4));
+    }
+    SPECD_INLINE void q3k_scales(size_t o, __m512i sc[4]) const {
+        const __m512i w0 = chunk(o / 4), w1 = chunk(o / 4 + 1), w2 = chunk(o / 4 + 2);
+        const __m512i m4 = _mm512_set1_epi32(0x0f0f0f0f), m2 = _mm512_set1_epi32(0x03030303), k32 = _mm512_set1_epi8(32);
+        auto part = [&](__m512i lo, int lo_sh, int hi_sh) __attribute__((always_inline)) {
+            const __m512i l = _mm512_and_si512(lo_sh ? _mm512_srli_epi32(lo, lo_sh) : lo, m4);
+            const __m512i h = _mm512_slli_epi32(_mm512_and_si512(hi_sh ? _mm512_srli_epi32(w2, hi_sh) : w2, m2), 4);
+            return _mm512_sub_epi8(_mm512_or_si512(l, h), k32);
+        };
+        sc[0] = part(w0, 0, 0);
+        sc[1] = part(w1, 0, 2);
+        sc[2] = part(w0, 4, 4);
+        sc[3] = part(w1, 4, 6);
+    }
+};
+
+// Decodes the super-block at byte `off` of src's 16 weight rows into t: the
+// scales and mins, and (kCodes) the codes.
+template <class Block, bool kCodes = true, class Src>
+SPECD_INLINE void decode_ktile_from(const Src& src, size_t off, KTile& t);
+
+// Super-block `sb` of the 16 weight rows at rp (rows past the last valid one
+// repeat it), in the file's layout.
+template <class Block, bool kCodes = true>
+SPECD_INLINE void decode_ktile(const unsigned char* const rp[16], int64_t sb, KTile& t) {
+    decode_ktile_from<Block, kCodes>(RowSrc{rp}, static_cast<size_t>(sb) * sizeof(Block), t);
+}
+
+template <class Block, bool kCodes, class Src>
+SPECD_INLINE void decode_ktile_from(const Src& src, size_t off, KTile& t) {
+    if constexpr (std::is_same_v<Block, BlockQ4_K> || std::is_same_v<Block, BlockQ5_K>) {
+        constexpr bool kQ5 = std::is_same_v<Block, BlockQ5_K>;
+        const __m512 d = src.halves(off + offsetof(Block, d)), dmin = src.halves(off + offsetof(Block, dmin));
+        __m512i sm[4];  // the 8 scales, then the 8 mins
+        src.q4k_scales(off + offsetof(Block, scales), sm);
         SPECD_UNROLL
         for (int j = 0; j < 8; ++j) {
             t.s[j] = _mm512_mul_ps(d, byte_u(sm, j));
@@ -1123,11 +1201,11 @@ SPECD_INLINE void decode_ktile(const unsigned char* const rp[16], int64_t sb, KT
         }
         if constexpr (!kCodes) return;
         __m512i qh[8];
-        if constexpr (kQ5) transpose16x32(rp, off + offsetof(BlockQ5_K, qh), qh);
+        if constexpr (kQ5) src.dwords32(off + offsetof(BlockQ5_K, qh), qh);
         SPECD_UNROLL
         for (int st = 0; st < 4; ++st) {  // 64-weight stretches: low nibbles = block 2st, high = 2st + 1
             __m512i raw[8];
-            transpose16x32(rp, off + offsetof(Block, qs) + 32 * st, raw);
+            src.dwords32(off + offsetof(Block, qs) + 32 * st, raw);
             SPECD_UNROLL
             for (int g = 0; g < 8; ++g) {
                 __m512i lo = bits_at(raw[g], 0, 0x0f, 0), hi = bits_at(raw[g], 4, 0x0f, 0);
@@ -1140,9 +1218,9 @@ SPECD_INLINE void decode_ktile(const unsigned char* const rp[16], int64_t sb, KT
             }
         }
     } else if constexpr (std::is_same_v<Block, BlockQ6_K>) {
-        const __m512 d = fp16x16(rp, off + offsetof(BlockQ6_K, d));
+        const __m512 d = src.halves(off + offsetof(BlockQ6_K, d));
         __m512i sc[4];
-        transpose16x16(rp, off + offsetof(BlockQ6_K, scales), sc);
+        src.dwords16(off + offsetof(BlockQ6_K, scales), sc);
         SPECD_UNROLL
         for (int h = 0; h < 16; ++h) {
             t.s[h] = _mm512_mul_ps(d, byte_s(sc, h));
@@ -1152,9 +1230,9 @@ SPECD_INLINE void decode_ktile(const unsigned char* const rp[16], int64_t sb, KT
         SPECD_UNROLL
         for (int hf = 0; hf < 2; ++hf) {  // halves of 128: ql bytes 64hf.. and 64hf+32.., qh bytes 32hf..
             __m512i a[8], b[8], c[8];
-            transpose16x32(rp, off + offsetof(BlockQ6_K, ql) + 64 * hf, a);
-            transpose16x32(rp, off + offsetof(BlockQ6_K, ql) + 64 * hf + 32, b);
-            transpose16x32(rp, off + offsetof(BlockQ6_K, qh) + 32 * hf, c);
+            src.dwords32(off + offsetof(BlockQ6_K, ql) + 64 * hf, a);
+            src.dwords32(off + offsetof(BlockQ6_K, ql) + 64 * hf + 32, b);
+            src.dwords32(off + offsetof(BlockQ6_K, qh) + 32 * hf, c);
             SPECD_UNROLL
             for (int g = 0; g < 8; ++g) {
                 t.c[4 * hf + 0][g] = _mm512_or_si512(bits_at(a[g], 0, 0x0f, 0), bits_at(c[g], 0, 3, 4));
@@ -1164,16 +1242,9 @@ SPECD_INLINE void decode_ktile(const unsigned char* const rp[16], int64_t sb, KT
             }
         }
     } else if constexpr (std::is_same_v<Block, BlockQ3_K>) {
-        const __m512 d = fp16x16(rp, off + offsetof(BlockQ3_K, d));
-        alignas(64) uint8_t buf[16][16];  // per row: the 16 scales minus 32, int8
-        const unsigned char* bp[16];
-        SPECD_UNROLL
-        for (int i = 0; i < 16; ++i) {
-            _mm_store_si128(reinterpret_cast<__m128i*>(buf[i]), q3_k_scales(rp[i] + off + offsetof(BlockQ3_K, scales)));
-            bp[i] = buf[i];
-        }
-        __m512i sc[4];
-        transpose16x16(bp, 0, sc);
+        const __m512 d = src.halves(off + offsetof(BlockQ3_K, d));
+        __m512i sc[4];  // the 16 scales minus 32, int8
+        src.q3k_scales(off + offsetof(BlockQ3_K, scales), sc);
         SPECD_UNROLL
         for (int h = 0; h < 16; ++h) {
             t.s[h] = _mm512_mul_ps(d, byte_s(sc, h));
@@ -1181,11 +1252,11 @@ SPECD_INLINE void decode_ktile(const unsigned char* const rp[16], int64_t sb, KT
         }
         if constexpr (!kCodes) return;
         __m512i hm[8];
-        transpose16x32(rp, off + offsetof(BlockQ3_K, hmask), hm);
+        src.dwords32(off + offsetof(BlockQ3_K, hmask), hm);
         SPECD_UNROLL
         for (int hf = 0; hf < 2; ++hf) {
             __m512i q[8];
-            transpose16x32(rp, off + offsetof(BlockQ3_K, qs) + 32 * hf, q);
+            src.dwords32(off + offsetof(BlockQ3_K, qs) + 32 * hf, q);
             SPECD_UNROLL
             for (int jj = 0; jj < 4; ++jj) {
                 SPECD_UNROLL
@@ -1195,9 +1266,9 @@ SPECD_INLINE void decode_ktile(const unsigned char* const rp[16], int64_t sb, KT
             }
         }
     } else {  // Q2_K
-        const __m512 d = fp16x16(rp, off + offsetof(BlockQ2_K, d)), dmin = fp16x16(rp, off + offsetof(BlockQ2_K, dmin));
+        const __m512 d = src.halves(off + offsetof(BlockQ2_K, d)), dmin = src.halves(off + offsetof(BlockQ2_K, dmin));
         __m512i sc[4];
-        transpose16x16(rp, off + offsetof(BlockQ2_K, scales), sc);
+        src.dwords16(off + offsetof(BlockQ2_K, scales), sc);
         SPECD_UNROLL
         for (int h = 0; h < 16; ++h) {
             const __m512i v = _mm512_srli_epi32(sc[h / 4], 8 * (h % 4));
@@ -1208,7 +1279,7 @@ SPECD_INLINE void decode_ktile(const unsigned char* const rp[16], int64_t sb, KT
         SPECD_UNROLL
         for (int hf = 0; hf < 2; ++hf) {
             __m512i q[8];
-            transpose16x32(rp, off + offsetof(BlockQ2_K, qs) + 32 * hf, q);
+            src.dwords32(off + offsetof(BlockQ2_K, qs) + 32 * hf, q);
             SPECD_UNROLL
             for (int jj = 0; jj < 4; ++jj) {
                 SPECD_UNROLL
@@ -1347,6 +1418,43 @@ void kq_stream_matmul(const unsigned char* W, size_t rb, const PreparedInput& x,
                 }
             }
             _mm512_mask_storeu_ps(y + r * ldy + n, tail_mask(nv), f);
+        }
+    }
+}
+
+// Packed K-quant weights (kernels.h pack_weights): the tiles' path for any
+// number of activation rows, each super-block of 16 weight rows decoded
+// from aligned chunks instead of transposed from 16 rows (for one row the
+// file layout's stream path is faster; packed, the tiles are). Same bits
+// as kq_tile_matmul and kq_stream_matmul.
+template <class Block>
+void kq_packed_matmul(const unsigned char* W, size_t rb, const PreparedInput& x, float* y, int64_t ldy, int64_t n0,
+                      int64_t n1) {
+    constexpr size_t bb = sizeof(Block);
+    constexpr size_t tail_at = std::is_same_v<Block, BlockQ6_K>   ? offsetof(BlockQ6_K, d)
+                               : std::is_same_v<Block, BlockQ3_K> ? offsetof(BlockQ3_K, d)
+                                                                   : SIZE_MAX;
+    constexpr size_t body = 16 * (tail_at == SIZE_MAX ? bb : bb - 2);  // chunk bytes of one super-block of a tile
+    const int64_t nsb = x.k() / kSuperBlock;
+    const int rows = x.rows();
+    // As qp_direct: a linear stream, prefetched spread over the super-blocks.
+    const unsigned char* pf =
+        reinterpret_cast<const unsigned char*>(reinterpret_cast<uintptr_t>(W + n0 * rb + kQTilePrefetchBytes) & ~uintptr_t{63});
+    KTile t;
+    for (int64_t n = n0; n < n1; n += 16) {
+        const unsigned char* w = W + n * rb;  // the tile of rows n..n+15
+        const unsigned char* pf_at = w + kQTilePrefetchBytes;
+        for (int64_t sb = 0; sb < nsb; ++sb) {
+            pf_at += 16 * bb;
+            for (; pf < pf_at; pf += 64) _mm_prefetch(reinterpret_cast<const char*>(pf), _MM_HINT_T1);
+            const unsigned char* pair = w + static_cast<size_t>(sb >> 1) * 32 * bb;
+            const size_t in_pair = (sb | 1) < nsb ? 2 : 1;
+            const PackedSrc src{pair + static_cast<size_t>(sb & 1) * body,
+                                tail_at == SIZE_MAX ? nullptr : pair + in_pair * body + static_cast<size_t>(sb & 1) * 32, tail_at};
+            decode_ktile_from<Block>(src, 0, t);
+            int t0 = 0;
+            for (; t0 + kKTileRows <= rows; t0 += kKTileRows) ktile_rows<Block, kKTileRows>(t, x, sb, t0, y + n, ldy, 0xffff, sb > 0);
+            if (t0 < rows) ktile_rows_n<Block, kKTileRows - 1>(rows - t0, t, x, sb, t0, y + n, ldy, 0xffff, sb > 0);
         }
     }
 }
@@ -1528,6 +1636,14 @@ void matmul_packed_avx512(TensorType type, const void* W_packed, const PreparedI
                           int64_t n0, int64_t n1) {
     const unsigned char* w = static_cast<const unsigned char*>(W_packed);
     const size_t rb = tensor_row_bytes(type, x.k());
+    switch (type) {
+        case TensorType::Q4_K: return kq_packed_matmul<BlockQ4_K>(w, rb, x, y, ldy, n0, n1);
+        case TensorType::Q5_K: return kq_packed_matmul<BlockQ5_K>(w, rb, x, y, ldy, n0, n1);
+        case TensorType::Q6_K: return kq_packed_matmul<BlockQ6_K>(w, rb, x, y, ldy, n0, n1);
+        case TensorType::Q3_K: return kq_packed_matmul<BlockQ3_K>(w, rb, x, y, ldy, n0, n1);
+        case TensorType::Q2_K: return kq_packed_matmul<BlockQ2_K>(w, rb, x, y, ldy, n0, n1);
+        default: break;
+    }
     const bool q8 = type == TensorType::Q8_0;
     if (x.rows() <= 16) {
         if (q8) qp_direct_n<TensorType::Q8_0, 16>(x.rows(), w, rb, x, y, ldy, n0, n1);

@@ -396,15 +396,21 @@ TEST_CASE("matmul, q8_0 and q4_0: a row's outputs have the same bits alone, in a
     }
 }
 
-TEST_CASE("matmul_packed: packed q8_0 and q4_0 weights give matmul's bits exactly on each SIMD ISA (1 to 40 rows, odd and even block counts, whole-tile ranges), and bad shapes are refused",
+TEST_CASE("matmul_packed: packed weights give matmul's bits exactly on each SIMD ISA (q8_0 and q4_0; Q2_K to Q6_K on AVX-512; 1 to 40 rows, odd and even block counts, whole-tile ranges), and bad shapes are refused",
           "[kernels]") {
     const int64_t N = 64, ldy = N + 3;
     for (Isa isa : simd_isas()) {
         const int64_t R = packed_tile_rows(isa);
         REQUIRE(R > 0);
-        for (TensorType type : {TensorType::Q8_0, TensorType::Q4_0}) {
-            // 2 blocks (one pair), 3 (a pair and a lone block), 37 (past a 32-block chunk).
-            for (int64_t K : {int64_t{64}, int64_t{96}, int64_t{32 * 37}}) {
+        std::vector<TensorType> types = {TensorType::Q8_0, TensorType::Q4_0};
+        if (isa == Isa::Avx512) {
+            for (TensorType t : {TensorType::Q2_K, TensorType::Q3_K, TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K}) types.push_back(t);
+        }
+        for (TensorType type : types) {
+            const int64_t be = tensor_type_block_elements(type);
+            // 2 blocks (one pair), 3 (a pair and a lone block), 37 for q8_0/q4_0
+            // (past a 32-block chunk), 5 super-blocks for the K-quants.
+            for (int64_t K : {2 * be, 3 * be, be == 32 ? 32 * 37 : 5 * be}) {
                 Weights w = make_weights(type, N, K, 500 + static_cast<uint32_t>(K));
                 if (type == TensorType::Q8_0) {  // the extreme codes in a few rows
                     for (int64_t n = 0; n < N; n += 7) {
@@ -438,6 +444,9 @@ TEST_CASE("matmul_packed: packed q8_0 and q4_0 weights give matmul's bits exactl
     // scalar ISA, ranges not whole tiles, weights packed for nothing here.
     CHECK(packed_tile_rows(Isa::Scalar) == 0);
     CHECK_FALSE(packable(Isa::Avx2, TensorType::Q4_K, 64, 256));
+    CHECK(packable(Isa::Avx512, TensorType::Q4_K, 64, 256));
+    CHECK_FALSE(packable(Isa::Avx512, TensorType::Q6_K, 64, 128));
+    CHECK_FALSE(packable(Isa::Avx512, TensorType::Q5_0, 64, 256));
     CHECK_FALSE(packable(Isa::Avx2, TensorType::Q8_0, 20, 64));
     CHECK(packable(Isa::Avx2, TensorType::Q8_0, 40, 64));
     CHECK_FALSE(packable(Isa::Avx512, TensorType::Q8_0, 40, 64));

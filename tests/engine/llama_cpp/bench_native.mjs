@@ -9,7 +9,10 @@
 // -n 128), medians of REPS, and the bytes per second tg128 reads (file size
 // times tokens/s). With --spec: greedy decoding of 256 tokens from a story
 // prompt, plain and with the draft (draft-max 8; llama.cpp also at 3, its
-// better setting on small drafts), REPS runs each, medians.
+// better setting on small drafts), REPS runs each, medians. Every run is
+// one repetition and the engines take turns, run by run: on a shared
+// machine the memory bandwidth drifts by up to 2x over minutes, and
+// back-to-back blocks of runs would measure the drift, not the engines.
 import {execFileSync} from "node:child_process";
 import {statSync} from "node:fs";
 import {basename} from "node:path";
@@ -27,15 +30,27 @@ if (!specd || !llamaBin || !(threads >= 1) || !(reps >= 1) || (spec && !(spec.ta
 const median = (v) => { const s = [...v].sort((a, b) => a - b); return s[Math.floor((s.length - 1) / 2)]; };
 const run = (bin, argv) => execFileSync(bin, argv, {encoding: "utf8", stdio: ["ignore", "pipe", "pipe"], maxBuffer: 64 << 20});
 
-function llamaBench(path) {
-    const rows = JSON.parse(run(`${llamaBin}/llama-bench`, ["-m", path, "-t", String(threads), "-p", "512", "-n", "128", "-r", String(reps), "-o", "json"]));
-    const pick = (pp) => median(rows.find((r) => (pp ? r.n_prompt > 0 && r.n_gen === 0 : r.n_gen > 0 && r.n_prompt === 0)).samples_ts);
-    return {pp: pick(true), tg: pick(false)};
+// One repetition of pp512 (pp = true) or tg128 by each engine, t/s.
+function llamaBench(path, pp) {
+    const rows = JSON.parse(run(`${llamaBin}/llama-bench`, ["-m", path, "-t", String(threads), "-p", pp ? "512" : "0",
+                                                            "-n", pp ? "0" : "128", "-r", "1", "-o", "json"]));
+    return rows[0].avg_ts;
 }
 
-function specdBench(path) {
-    const rows = JSON.parse(run(specd, ["bench", "-m", path, "-t", String(threads), "-p", "512", "-n", "128", "-r", String(reps), "--json"]));
-    return {pp: rows.find((r) => r.test === "pp512").median, tg: rows.find((r) => r.test === "tg128").median};
+function specdBench(path, pp) {
+    const rows = JSON.parse(run(specd, ["bench", "-m", path, "-t", String(threads), "-p", pp ? "512" : "0", "-n", pp ? "0" : "128",
+                                        "-r", "1", "--json"]));
+    return rows.find((r) => r.test === (pp ? "pp512" : "tg128")).median;
+}
+
+// REPS turns of each engine, alternating; medians.
+function alternate(path, pp) {
+    const a = [], b = [];
+    for (let r = 0; r < reps; ++r) {
+        a.push(llamaBench(path, pp));
+        b.push(specdBench(path, pp));
+    }
+    return [median(a), median(b)];
 }
 
 console.log(`llama.cpp (native build) vs specd, ${threads} threads, medians of ${reps} runs, same GGUF files, one run\n`);
@@ -44,7 +59,8 @@ if (files.length) {
     console.log("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |");
     for (const path of files) {
         const bytes = statSync(path).size;
-        const a = llamaBench(path), b = specdBench(path);
+        const [app, bpp] = alternate(path, true), [atg, btg] = alternate(path, false);
+        const a = {pp: app, tg: atg}, b = {pp: bpp, tg: btg};
         for (const [test, name] of [["pp", "pp512"], ["tg", "tg128"]]) {
             const gbs = (tps) => (test === "tg" ? (bytes * tps / 1e9).toFixed(1) : "");
             console.log(`| ${basename(path, ".gguf")} | ${(bytes / 2 ** 30).toFixed(2)} | ${name} | ${a[test].toFixed(1)} | ${b[test].toFixed(1)} | ` +
@@ -56,34 +72,31 @@ if (files.length) {
 if (spec) {
     const prompt = "Once upon a time, there was a little girl named Lily. She loved to play outside in the park.";
     const n = 256;
+    // One run of each setting, REPS turns, alternating.
     const llamaSpec = (draftMax) => {
-        const v = [], acc = [];
-        for (let r = 0; r < reps; ++r) {
-            const argv = ["-m", spec.target, "-md", spec.draft, "-p", prompt, "-n", String(n), "-t", String(threads), "-td", String(threads),
-                          "--draft-max", String(draftMax), "--spec-draft-n-min", "0", "--temp", "0", "-c", "1024", "--no-warmup"];
-            let out;
-            try { out = execFileSync(`${llamaBin}/llama-speculative-simple`, argv, {encoding: "utf8", stdio: ["ignore", "pipe", "pipe"]}); }
-            catch (e) { out = `${e.stdout}${e.stderr}`; }
-            const speed = /decoded\s+\d+ tokens in\s+[\d.]+ seconds, speed:\s+([\d.]+) t\/s/.exec(out);
-            const accept = /accept\s+=\s+([\d.]+)%/.exec(out);
-            if (!speed) throw new Error(`llama-speculative-simple printed no speed:\n${out.slice(-2000)}`);
-            v.push(Number(speed[1]));
-            if (accept) acc.push(Number(accept[1]) / 100);
-        }
-        return {tps: median(v), accept: acc.length ? median(acc) : NaN};
+        const argv = ["-m", spec.target, "-md", spec.draft, "-p", prompt, "-n", String(n), "-t", String(threads), "-td", String(threads),
+                      "--spec-draft-n-max", String(draftMax), "--spec-draft-n-min", "0", "--temp", "0", "-c", "1024", "--no-warmup"];
+        let out;
+        try { out = execFileSync(`${llamaBin}/llama-speculative-simple`, argv, {encoding: "utf8", stdio: ["ignore", "pipe", "pipe"]}); }
+        catch (e) { out = `${e.stdout}${e.stderr}`; }
+        const speed = /decoded\s+\d+ tokens in\s+[\d.]+ seconds, speed:\s+([\d.]+) t\/s/.exec(out);
+        const accept = /accept\s+=\s+([\d.]+)%/.exec(out);
+        if (!speed) throw new Error(`llama-speculative-simple printed no speed:\n${out.slice(-2000)}`);
+        return {tps: Number(speed[1]), accept: accept ? Number(accept[1]) / 100 : NaN};
     };
     const specdGen = (extra) => {
-        const v = [], acc = [];
-        for (let r = 0; r < reps; ++r) {
-            const o = JSON.parse(run(specd, ["generate", "-m", spec.target, ...extra, "-p", prompt, "-n", String(n), "--temp", "0", "-t", String(threads), "--json"]));
-            v.push(o.tokens_per_s);
-            if (o.acceptance_rate !== undefined) acc.push(o.acceptance_rate);
-        }
-        return {tps: median(v), accept: acc.length ? median(acc) : NaN};
+        const o = JSON.parse(run(specd, ["generate", "-m", spec.target, ...extra, "-p", prompt, "-n", String(n), "--temp", "0", "-t", String(threads), "--json"]));
+        return {tps: o.tokens_per_s, accept: o.acceptance_rate ?? NaN};
     };
-    const llamaPlain = llamaBench(spec.target).tg;
-    const l3 = llamaSpec(3), l8 = llamaSpec(8);
-    const sPlain = specdGen([]), s8 = specdGen(["-md", spec.draft, "--draft-max", "8"]);
+    const settings = {
+        llamaPlain: () => ({tps: llamaBench(spec.target, false), accept: NaN}),
+        l3: () => llamaSpec(3), l8: () => llamaSpec(8),
+        sPlain: () => specdGen([]), s8: () => specdGen(["-md", spec.draft, "--draft-max", "8"]),
+    };
+    const samples = Object.fromEntries(Object.keys(settings).map((k) => [k, []]));
+    for (let r = 0; r < reps; ++r) for (const [k, f] of Object.entries(settings)) samples[k].push(f());
+    const med = (k) => ({tps: median(samples[k].map((x) => x.tps)), accept: median(samples[k].map((x) => x.accept))});
+    const llamaPlain = med("llamaPlain").tps, l3 = med("l3"), l8 = med("l8"), sPlain = med("sPlain"), s8 = med("s8");
     const lBest = Math.max(l3.tps, l8.tps);
     console.log(`\nGreedy, ${n} tokens, target ${basename(spec.target)}, draft ${basename(spec.draft)}:\n`);
     console.log("| engine | setting | t/s | acceptance | vs its plain |");
