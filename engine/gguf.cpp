@@ -491,6 +491,16 @@ MappedFile MappedFile::open(const std::string& path) {
     return m;
 }
 
+void File::release_pages(const void* p, size_t n) const {
+    const uint8_t* base = mapping_.data();
+    const auto* q = static_cast<const uint8_t*>(p);
+    if (base == nullptr || q < base || n > mapping_.size() || q - base > static_cast<std::ptrdiff_t>(mapping_.size() - n)) return;
+    const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+    const uintptr_t begin = (reinterpret_cast<uintptr_t>(q) + page - 1) / page * page;
+    const uintptr_t end = (reinterpret_cast<uintptr_t>(q) + n) / page * page;
+    if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);  // advice only: its failure changes nothing
+}
+
 MappedFile::MappedFile(MappedFile&& other) noexcept
     : base_(std::exchange(other.base_, nullptr)), size_(std::exchange(other.size_, 0)) {}
 

@@ -167,6 +167,13 @@ public:
 
     const std::string& path() const { return path_; }  // "" for parse()
 
+    // The whole pages inside [p, p + n) of an open()ed file leave this
+    // process's memory (madvise DONTNEED): for data read once and copied
+    // (packed weights), so the copy is not counted twice. The pages stay in
+    // the page cache and a later read maps them again. No-op for parse()
+    // views and ranges outside the file.
+    void release_pages(const void* p, size_t n) const;
+
 private:
     File() = default;
     void parse_contents();

@@ -39,6 +39,11 @@ std::unique_ptr<PackedWeights> PackedWeights::build(const LlamaModel& model, Isa
         for (size_t i = static_cast<size_t>(ith); i < todo.size(); i += static_cast<size_t>(nth)) {
             const WeightMatrix& w = *todo[i];
             pack_weights(isa, w.type, w.data, w.rows, w.cols, dst[i]);
+            // The forward pass reads the copy from now on (a tied
+            // classifier's embedding rows are read a few at a time and map
+            // back on demand); released at once, so the peak stays near
+            // the model's size.
+            model.file().release_pages(w.data, static_cast<size_t>(w.rows) * w.row_bytes());
         }
     });
     for (size_t i = 0; i < todo.size(); ++i) pw->by_data_[todo[i]->data] = dst[i];

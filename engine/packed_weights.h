@@ -1,12 +1,14 @@
-// The packed copies (kernels.h pack_weights) of a model's q8_0 / q4_0 weight
-// matrices for one ISA's forward pass (AVX-512: tiles of 16 rows, AVX2: 8):
-// its one-row decoding then reads one linear stream per thread and
-// transposes nothing (docs/BENCHMARKS.md, "repacked q4_0/q8_0"). Made once
-// per model and ISA by the first ForwardPass (LlamaModel::packed_weights)
-// and shared by every later one; the scalar reference and the GPU backend
-// keep reading the file's layout. Costs the packed matrices' bytes in anonymous memory (the
-// file's pages of them are no longer read and may be dropped from the page
-// cache). SPECD_REPACK=0 (or off, false) turns it off.
+// The packed copies (kernels.h pack_weights) of a model's quantised weight
+// matrices for one ISA's forward pass (AVX-512: q8_0, q4_0 and Q2_K..Q6_K in
+// tiles of 16 rows; AVX2: q8_0 and q4_0 in tiles of 8): its one-row
+// decoding then reads one linear stream per thread and transposes nothing
+// (docs/BENCHMARKS.md, "packed weights"). Made once per model and ISA by
+// the first ForwardPass (LlamaModel::packed_weights) and shared by every
+// later one; the scalar reference and the GPU backend keep reading the
+// file's layout. The copies take the packed matrices' bytes of anonymous
+// memory; the file's pages of them leave the process (gguf::File::
+// release_pages), so the resident size stays about the model's.
+// SPECD_REPACK=0 (or off, false) turns it off.
 //
 // q8_0 is not packed where AMX is on (kernels.h amx_enabled): the AMX tiles
 // read the file's layout, and they are what q8_0 verification uses there.

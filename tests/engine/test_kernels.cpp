@@ -396,7 +396,7 @@ TEST_CASE("matmul, q8_0 and q4_0: a row's outputs have the same bits alone, in a
     }
 }
 
-TEST_CASE("matmul_packed: packed weights give matmul's bits exactly on each SIMD ISA (q8_0 and q4_0; Q2_K to Q6_K on AVX-512; 1 to 40 rows, odd and even block counts, whole-tile ranges), and bad shapes are refused",
+TEST_CASE("matmul_packed: packed weights give matmul's bits exactly on each SIMD ISA (q8_0 and q4_0, Q2_K to Q6_K on AVX-512, 1 to 40 rows, odd and even block counts, whole-tile ranges), and bad shapes are refused",
           "[kernels]") {
     const int64_t N = 64, ldy = N + 3;
     for (Isa isa : simd_isas()) {
