@@ -13,7 +13,7 @@
 // one repetition and the engines take turns, run by run: on a shared
 // machine the memory bandwidth drifts by up to 2x over minutes, and
 // back-to-back blocks of runs would measure the drift, not the engines.
-import {execFileSync} from "node:child_process";
+import {execFileSync, spawnSync} from "node:child_process";
 import {statSync} from "node:fs";
 import {basename} from "node:path";
 
@@ -43,28 +43,44 @@ function specdBench(path, pp) {
     return rows.find((r) => r.test === (pp ? "pp512" : "tg128")).median;
 }
 
-// REPS turns of each engine, alternating; medians.
+// DRAM read bandwidth with THREADS threads now (specd bench --bandwidth: a
+// 1 GiB buffer streamed, median of 5), bytes/s.
+function bandwidth(path) {
+    const out = run(specd, ["bench", "-m", path, "-t", String(threads), "-p", "0", "-n", "1", "-r", "1", "--bandwidth"]);
+    const m = /DRAM read bandwidth, \d+ threads \([^)]*\): ([\d.]+) GB\/s/.exec(out);
+    if (!m) throw new Error(`specd bench --bandwidth printed no bandwidth:\n${out}`);
+    return Number(m[1]) * 1e9;
+}
+
+// REPS turns of each engine, alternating (tg: and the bandwidth, so that
+// each tg figure has the bound of its own minutes); medians.
 function alternate(path, pp) {
-    const a = [], b = [];
+    const a = [], b = [], bw = [];
     for (let r = 0; r < reps; ++r) {
+        if (!pp) bw.push(bandwidth(path));
         a.push(llamaBench(path, pp));
         b.push(specdBench(path, pp));
     }
-    return [median(a), median(b)];
+    return [median(a), median(b), pp ? NaN : median(bw)];
 }
 
 console.log(`llama.cpp (native build) vs specd, ${threads} threads, medians of ${reps} runs, same GGUF files, one run\n`);
 if (files.length) {
-    console.log("| model | GiB | test | llama.cpp t/s | specd t/s | specd / llama.cpp | llama.cpp GB/s | specd GB/s |");
-    console.log("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |");
+    console.log("tg rows: GB/s = file bytes x tokens/s (every weight is read once per token); bound = DRAM read bandwidth");
+    console.log("measured in the same rounds (specd bench --bandwidth), share = GB/s over it.\n");
+    console.log("| model | GiB | test | llama.cpp t/s | specd t/s | specd / llama.cpp | llama.cpp GB/s | specd GB/s | bound GB/s | llama.cpp share | specd share |");
+    console.log("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
     for (const path of files) {
         const bytes = statSync(path).size;
-        const [app, bpp] = alternate(path, true), [atg, btg] = alternate(path, false);
+        const [app, bpp] = alternate(path, true), [atg, btg, bw] = alternate(path, false);
         const a = {pp: app, tg: atg}, b = {pp: bpp, tg: btg};
         for (const [test, name] of [["pp", "pp512"], ["tg", "tg128"]]) {
-            const gbs = (tps) => (test === "tg" ? (bytes * tps / 1e9).toFixed(1) : "");
+            const tg = test === "tg";
+            const gbs = (tps) => (tg ? (bytes * tps / 1e9).toFixed(1) : "");
+            const share = (tps) => (tg ? `${(100 * bytes * tps / bw).toFixed(0)}%` : "");
             console.log(`| ${basename(path, ".gguf")} | ${(bytes / 2 ** 30).toFixed(2)} | ${name} | ${a[test].toFixed(1)} | ${b[test].toFixed(1)} | ` +
-                        `${(b[test] / a[test]).toFixed(2)}x | ${gbs(a[test])} | ${gbs(b[test])} |`);
+                        `${(b[test] / a[test]).toFixed(2)}x | ${gbs(a[test])} | ${gbs(b[test])} | ${tg ? (bw / 1e9).toFixed(1) : ""} | ` +
+                        `${share(a[test])} | ${share(b[test])} |`);
         }
     }
 }
@@ -75,10 +91,10 @@ if (spec) {
     // One run of each setting, REPS turns, alternating.
     const llamaSpec = (draftMax) => {
         const argv = ["-m", spec.target, "-md", spec.draft, "-p", prompt, "-n", String(n), "-t", String(threads), "-td", String(threads),
-                      "--spec-draft-n-max", String(draftMax), "--spec-draft-n-min", "0", "--temp", "0", "-c", "1024", "--no-warmup"];
-        let out;
-        try { out = execFileSync(`${llamaBin}/llama-speculative-simple`, argv, {encoding: "utf8", stdio: ["ignore", "pipe", "pipe"]}); }
-        catch (e) { out = `${e.stdout}${e.stderr}`; }
+                      "--spec-type", "draft-simple", "--spec-draft-n-max", String(draftMax), "--spec-draft-n-min", "0", "--temp", "0", "-c", "1024"];
+        // Its timings and acceptance go to stderr, the text to stdout.
+        const r = spawnSync(`${llamaBin}/llama-speculative-simple`, argv, {encoding: "utf8", stdio: ["ignore", "pipe", "pipe"], maxBuffer: 64 << 20});
+        const out = `${r.stdout}${r.stderr}`;
         const speed = /decoded\s+\d+ tokens in\s+[\d.]+ seconds, speed:\s+([\d.]+) t\/s/.exec(out);
         const accept = /accept\s+=\s+([\d.]+)%/.exec(out);
         if (!speed) throw new Error(`llama-speculative-simple printed no speed:\n${out.slice(-2000)}`);
