@@ -1,6 +1,7 @@
 #include "engine/batch_verifier.h"
 
 #include <algorithm>
+#include <bit>
 
 #include "engine/coupled_sampling.h"
 #include "engine/generate.h"
@@ -172,6 +173,9 @@ void BatchVerifier::finish_verify(Queued& q, Request& r, const TargetRows& targe
 void StepCostProbe::record(int32_t rows, double ms) {
     if (rows < 1 || !(ms > 0.0)) return;
     auto ema = [](double old, double sample) { return old < 0.0 ? sample : old + kDecay * (sample - old); };
+    const int range = std::min(kRanges - 1, static_cast<int>(std::bit_width(static_cast<uint32_t>(rows))) - 1);
+    range_rows_[range].store(ema(range_rows_[range].load(std::memory_order_relaxed), rows), std::memory_order_relaxed);
+    range_ms_[range].store(ema(range_ms_[range].load(std::memory_order_relaxed), ms), std::memory_order_relaxed);
     const double t1 = t1_ms_.load(std::memory_order_relaxed);
     if (rows == 1) {
         t1_ms_.store(ema(t1, ms), std::memory_order_relaxed);
@@ -179,6 +183,30 @@ void StepCostProbe::record(int32_t rows, double ms) {
         const double per_row = std::max(0.0, (ms - t1) / static_cast<double>(rows - 1));
         per_row_ms_.store(ema(per_row_ms_.load(std::memory_order_relaxed), per_row), std::memory_order_relaxed);
     }
+}
+
+double StepCostProbe::step_ms(double rows) const {
+    const double t1 = t1_ms_.load(std::memory_order_relaxed);
+    const double per_row = per_row_ms_.load(std::memory_order_relaxed);
+    if (t1 <= 0.0 || per_row < 0.0) return -1.0;
+    // The measured points in row order (the ranges are), starting at (1, T(1)).
+    double px[kRanges], py[kRanges];
+    int n = 0;
+    px[n] = 1.0;
+    py[n++] = t1;
+    for (int b = 1; b < kRanges; ++b) {
+        const double r = range_rows_[b].load(std::memory_order_relaxed), m = range_ms_[b].load(std::memory_order_relaxed);
+        if (r > px[n - 1] && m > 0.0) {
+            px[n] = r;
+            py[n] = std::max(m, py[n - 1]);  // a step never costs less for more rows
+            ++n;
+        }
+    }
+    if (n == 1) return t1 + per_row * (rows - 1.0);
+    int i = 1;
+    while (i < n - 1 && rows > px[i]) ++i;  // the segment [px[i-1], px[i]] holding rows, or the last
+    const double slope = (py[i] - py[i - 1]) / (px[i] - px[i - 1]);
+    return std::max(t1, py[i - 1] + slope * (rows - px[i - 1]));
 }
 
 int32_t StepCostProbe::doubling_rows() const {

@@ -70,11 +70,22 @@ struct VerifyOutcome {
 // verification, or many requests' steps together, so the slope is learned
 // at the sizes the load brings). Written by the verifier's thread, read by
 // sessions on any thread (LoadPolicy).
+//
+// The cost does not grow in a straight line: on a memory-bound target rows
+// are nearly free until the arithmetic catches up with the weight stream,
+// then each costs more (the 1.1B q8_0 construct on 2 Zen 4 cores: 8 rows
+// 1.1x one row, 16 rows 2x, 32 rows 3.9x). So the probe also keeps, per
+// power-of-two range of rows, the mean rows and ms of the steps it saw,
+// and step_ms() reads the curve through those points.
 class StepCostProbe {
 public:
     static constexpr int32_t kMinRows = 4;  // a step of fewer rows tells too little of the slope
     static constexpr double kDecay = 0.05;  // EMA weight of a new step
     void record(int32_t rows, double ms);
+    // The cost of a step of `rows` rows: linear between the measured ranges'
+    // points, beyond the last one along its last segment (or the straight
+    // fit when only T(1) is known); < 0 while T(1) or the slope is unmeasured.
+    double step_ms(double rows) const;
     // Rows at which one step costs as much as two single-row steps; 0 while
     // T(1) or the slope is unmeasured, kMaxRows when extra rows cost nothing.
     int32_t doubling_rows() const;
@@ -86,6 +97,11 @@ public:
 private:
     std::atomic<double> t1_ms_{-1.0};       // EMA of single-row step ms (-1: none yet)
     std::atomic<double> per_row_ms_{-1.0};  // EMA of (T(rows) - T(1)) / (rows - 1) (-1: none yet)
+    // Range b holds steps of [2^b, 2^(b+1)) rows (b = 0: single rows; the last
+    // range everything above): EMAs of their rows and ms, -1 while none.
+    static constexpr int kRanges = 12;
+    std::atomic<double> range_rows_[kRanges] = {-1.0, -1.0, -1.0, -1.0, -1.0, -1.0, -1.0, -1.0, -1.0, -1.0, -1.0, -1.0};
+    std::atomic<double> range_ms_[kRanges] = {-1.0, -1.0, -1.0, -1.0, -1.0, -1.0, -1.0, -1.0, -1.0, -1.0, -1.0, -1.0};
 };
 
 class BatchVerifier {

@@ -427,10 +427,11 @@ void ForwardPass::run_layers(int ith, int nth, PagedKvCache& kv) {
         const PreparedInput& in = in_cls_.for_type(cls.type);
         if (!head) {
             matmul_weight(cls, in, out, n_cols, b, e);
-        } else if (head_rows_packed_ && b % packed_rows_ == 0 && e % packed_rows_ == 0) {
-            matmul_packed(isa_, cls.type, head_rows_.data(), in, out, n_cols, b, e);
         } else if (head_rows_packed_) {
-            throw Error("forward: draft head range not whole tiles");  // RangeShare aligns to kMatmulRowAlign
+            // Whole tiles: RangeShare's bounds are multiples of
+            // kMatmulRowAlign (16) or n_cols, and a packed head has H % R == 0
+            // with R (16 or 8) dividing 16.
+            matmul_packed(isa_, cls.type, head_rows_.data(), in, out, n_cols, b, e);
         } else {
             matmul(isa_, cls.type, head_rows_.data(), in, out, n_cols, b, e);
         }

@@ -137,21 +137,23 @@ private:
 void matmul(Isa isa, TensorType type, const void* W, const PreparedInput& x, float* y, int64_t ldy, int64_t n_begin,
             int64_t n_end);
 
-// Packed q8_0 / q4_0 weights: the SIMD kernels' register tiles of R weight
-// rows (R = 16 on AVX-512, 8 on AVX2), transposed once at load instead of at
-// every block of every call. One-row decoding then reads one linear stream
-// per thread and spends no shuffles on the transpose (kernels_avx512.cpp).
-// Same bytes as the file's layout; outputs have matmul()'s bits exactly.
+// Packed weights: the SIMD kernels' register tiles of R weight rows (R = 16
+// on AVX-512, 8 on AVX2), transposed once at load instead of at every block
+// of every call. One-row decoding then reads one linear stream per thread
+// and spends no shuffles on the transpose (kernels_avx512.cpp). Same bytes
+// as the file's layout; outputs have matmul()'s bits exactly.
 //   Tile t (weight rows R t .. R t + R - 1) starts at byte R * t * row_bytes,
 //   so rows n.. of a tile start at n * row_bytes as in the file. Within a
 //   tile, blocks go in pairs (b = 2p, 2p + 1) from p * 2R * block_bytes:
-//     [codes of b] [codes of b + 1] [R fp16 scales of b] [R scales of b + 1]
-//   (a last unpaired block: [codes] [scales]); codes are chunks g of 4R
-//   bytes whose 4-byte lane i holds row i's code bytes 4g..4g+3: 8 chunks
-//   for q8_0 (AVX-512: each byte XOR 0x80, unsigned for vpdpbusd), 4 for q4_0.
-// The layout depends on the ISA; a scalar build has none.
+//     [chunks of b] [chunks of b + 1] [R fp16 of b] [R fp16 of b + 1]
+//   (a last unpaired block: [chunks] [fp16]). The fp16 apart is the block's
+//   scale d for q8_0 / q4_0, Q6_K's and Q3_K's trailing d; Q4_K, Q5_K and
+//   Q2_K (whole 4-byte words) keep none apart. The block's other bytes, in
+//   order, make chunks q of 4R bytes whose 4-byte lane i holds row i's bytes
+//   4q..4q+3 (q8_0 on AVX-512: each code XOR 0x80, unsigned for vpdpbusd).
+// Types: q8_0 and q4_0 on both ISAs, Q2_K..Q6_K on AVX-512; none on scalar.
 int packed_tile_rows(Isa isa);  // R: 16 (AVX-512), 8 (AVX2), 0 (scalar)
-// q8_0 or q4_0, rows a multiple of R, K a multiple of 32, and R > 0.
+// A type above for `isa`, rows a multiple of R, K a multiple of the block.
 bool packable(Isa isa, TensorType type, int64_t rows, int64_t cols);
 // src: (rows, cols) in `type`'s layout; dst: the same byte count, 64-byte
 // aligned. Single-threaded; throws specd::Error when not packable.

@@ -33,7 +33,7 @@ int32_t LoadPolicy::k_cap(int32_t batch_requests, int32_t draft_max, DraftCosts 
     const double a = std::clamp(costs.acceptance >= 0.0 ? costs.acceptance : kPriorAcceptance, 0.0, 1.0);
     const double d = costs.draft_token_ms >= 0.0 ? costs.draft_token_ms : kPriorDraftShare * t1;
     const double b = static_cast<double>(batch_requests);
-    auto step_ms = [&](double rows) { return t1 + per_row * (rows - 1.0); };
+    auto step_ms = [&](double rows) { return probe->step_ms(rows); };
     const double plain = b / step_ms(b);  // tokens per ms
     double best = plain * kMinGain;
     int32_t best_k = 0;

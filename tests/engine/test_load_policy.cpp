@@ -64,3 +64,35 @@ TEST_CASE("load policy: with a measured step cost, speculation stays on at 16 re
     // Before the request has drafted, the priors decide (a tenth-size draft, 0.8 acceptance).
     CHECK(q.k_cap(2, 8) == q.k_cap(2, 8, {LoadPolicy::kPriorAcceptance, LoadPolicy::kPriorDraftShare * 0.84}));
 }
+
+TEST_CASE("load policy: a step cost that bends past 16 rows is read from the measured steps, not a straight line, so 16 requests decode plainly once 32-row steps were seen",
+          "[batch]") {
+    // The 1.1B q8_0 construct on 2 Zen 4 cores, packed weights
+    // (docs/BENCHMARKS.md): 1 row 33 ms, 8 rows 35, 16 rows 66, 32 rows 147.
+    StepCostProbe probe;
+    probe.record(1, 33.0);
+    probe.record(16, 66.0);
+    LoadPolicy p;
+    p.probe = &probe;
+    const LoadPolicy::DraftCosts good{0.87, 1.0};
+    // Through T(1) and the 16-row point a line: 32 rows would cost 101 ms,
+    // and k = 1 at 16 requests looks worth it (16 x 1.87 tokens per 102 ms
+    // against 16 per 66).
+    CHECK(probe.step_ms(32) == Approx(66.0 + 16 * 33.0 / 15.0));
+    CHECK(p.k_cap(16, 8, good) >= 1);
+    // Seen: a 32-row step costs more than two plain 16-row steps, so every
+    // k loses at 16 requests.
+    probe.record(32, 147.0);
+    CHECK(probe.step_ms(32) == Approx(147.0));
+    CHECK(probe.step_ms(24) == Approx((66.0 + 147.0) / 2));
+    CHECK(probe.step_ms(64) == Approx(147.0 + 32 * 81.0 / 16.0));  // past the last point: its segment's slope
+    CHECK(p.k_cap(16, 8, good) == 0);
+    // Four requests still speculate: 4 x 4 rows cost 66 ms against ~40 for 4 plain.
+    CHECK(p.k_cap(4, 8, good) >= 2);
+    // And a point between: the 8-row steps cost what one row does, so at
+    // four requests k = 1 (8 rows, nearly free) is the best buy.
+    probe.record(8, 35.0);
+    CHECK(probe.step_ms(12) == Approx(35.0 + 4 * 31.0 / 8.0));
+    CHECK(p.k_cap(4, 8, good) >= 1);
+    CHECK(p.k_cap(16, 8, good) == 0);
+}
