@@ -667,7 +667,6 @@ void pack_weights(Isa isa, TensorType type, const void* src, int64_t rows, int64
     const size_t R = static_cast<size_t>(packed_tile_rows(isa));
     const PackedBlock pb = packed_block(type);
     const size_t bb = pb.bytes, tail = pb.tail_at == SIZE_MAX ? 0 : 2;
-    const size_t body = R * (bb - tail);  // chunk bytes of one block of a tile
     const int64_t nb = cols / pb.elems;
     const size_t rb = static_cast<size_t>(nb) * bb;
     // AVX-512 reads q8_0 codes as unsigned bytes (w + 128); nothing else changes.
@@ -677,10 +676,9 @@ void pack_weights(Isa isa, TensorType type, const void* src, int64_t rows, int64
         const auto* s = static_cast<const unsigned char*>(src) + static_cast<size_t>(t) * R * rb;  // (R, rb)
         auto* d = static_cast<unsigned char*>(dst) + static_cast<size_t>(t) * R * rb;
         for (int64_t b = 0; b < nb; ++b) {
-            unsigned char* pair = d + static_cast<size_t>(b / 2) * 2 * R * bb;
-            const int64_t in_pair = std::min<int64_t>(2, nb - (b & ~int64_t{1}));
-            unsigned char* c = pair + static_cast<size_t>(b & 1) * body;
-            unsigned char* tl = pair + static_cast<size_t>(in_pair) * body + static_cast<size_t>(b & 1) * 2 * R;
+            const kern::PackedBlockOffsets at = kern::packed_block_offsets(b, nb, R, bb, tail);
+            unsigned char* c = d + at.chunks;
+            unsigned char* tl = d + at.fp16;
             for (size_t i = 0; i < R; ++i) {
                 const unsigned char* blk = s + i * rb + static_cast<size_t>(b) * bb;
                 if (tail != 0) {

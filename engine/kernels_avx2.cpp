@@ -210,11 +210,9 @@ void load_qtile8(const unsigned char* W, size_t rb, int64_t n, int nv, int64_t b
 template <TensorType T>
 inline void load_packed_qtile8(const unsigned char* tile, int64_t nb, int64_t b, QTile8& t) {
     constexpr size_t bb = T == TensorType::Q8_0 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0);
-    constexpr size_t codes = 8 * (bb - 2);
-    const unsigned char* pair = tile + static_cast<size_t>(b >> 1) * 16 * bb;
-    const size_t in_pair = (b | 1) < nb ? 2 : 1;
-    const unsigned char* c = pair + static_cast<size_t>(b & 1) * codes;
-    t.s = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(pair + in_pair * codes + static_cast<size_t>(b & 1) * 16)));
+    const PackedBlockOffsets at = packed_block_offsets(b, nb, 8, bb, 2);
+    const unsigned char* c = tile + at.chunks;
+    t.s = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(tile + at.fp16)));
     if constexpr (T == TensorType::Q8_0) {
         for (int j = 0; j < 8; ++j) {
             t.sgn[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c + 32 * j));

@@ -455,6 +455,26 @@ SPECD_INLINE void store_rows(const __m512 F[NR], float* y, int64_t ldy, int t0, 
     }
 }
 
+// Prefetches a linear stream of weights kQTilePrefetchBytes ahead of the
+// reads, into L2, a cache line at a time: each block step moves the target
+// by the bytes the step reads (spread evenly, so the misses stay in flight
+// at a steady rate; see q_direct). Starts at `from`; a prefetch past the
+// weights' end never faults.
+class StreamPrefetch {
+public:
+    explicit StreamPrefetch(const unsigned char* from)
+        : pf_(reinterpret_cast<const unsigned char*>(reinterpret_cast<uintptr_t>(from + kQTilePrefetchBytes) & ~uintptr_t{63})) {}
+    // Lines up to kQTilePrefetchBytes past `read_to` not yet asked for.
+    SPECD_INLINE void upto(const unsigned char* read_to) {
+        for (const unsigned char* at = read_to + kQTilePrefetchBytes; pf_ < at; pf_ += 64) {
+            _mm_prefetch(reinterpret_cast<const char*>(pf_), _MM_HINT_T1);
+        }
+    }
+
+private:
+    const unsigned char* pf_;
+};
+
 // rows <= 16: each block is transposed once and used for all rows at once.
 template <TensorType T, int NR>
 void q_direct(const unsigned char* W, size_t rb, const PreparedInput& x, float* y, int64_t ldy, int64_t n0, int64_t n1) {
@@ -471,19 +491,16 @@ void q_direct(const unsigned char* W, size_t rb, const PreparedInput& x, float* 
     // threads, Sapphire Rapids class Xeon). The cursor runs past n1: a
     // thread taking the next rows next (RangeShare) finds them on their way,
     // and a prefetch never faults.
-    const unsigned char* pf =
-        reinterpret_cast<const unsigned char*>(reinterpret_cast<uintptr_t>(W + n0 * rb + kQTilePrefetchBytes) & ~uintptr_t{63});
+    StreamPrefetch pf(W + n0 * rb);
     auto tile = [&](auto full, int64_t n, int nv) {
         const QRows q = q_rows(rb);
         const unsigned char* w = W + n * rb;
-        const unsigned char* pf_at = w + kQTilePrefetchBytes;
-        const size_t pf_step = static_cast<size_t>(nv) * bb;  // a tile's bytes over its blocks
+        const size_t step = static_cast<size_t>(nv) * bb;  // a tile's bytes over its blocks
         __m512 F[NR];
         SPECD_UNROLL
         for (int r = 0; r < NR; ++r) F[r] = _mm512_setzero_ps();
         for (int64_t b = 0; b < nb; ++b) {
-            pf_at += pf_step;
-            for (; pf < pf_at; pf += 64) _mm_prefetch(reinterpret_cast<const char*>(pf), _MM_HINT_T1);
+            pf.upto(w + static_cast<size_t>(b + 1) * step);
             QTile t;
             load_qtile<T, decltype(full)::value>(w, q, nv, b, t);
             q_block_rows<NR>(t, x, b, 0, F);
@@ -578,11 +595,9 @@ void q_direct_n(int nr, const unsigned char* W, size_t rb, const PreparedInput& 
 template <TensorType T>
 SPECD_INLINE void load_packed_qtile(const unsigned char* tile, int64_t nb, int64_t b, QTile& t) {
     constexpr size_t bb = T == TensorType::Q8_0 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0);
-    constexpr size_t codes = 16 * (bb - 2);
-    const unsigned char* pair = tile + static_cast<size_t>(b >> 1) * 32 * bb;
-    const size_t in_pair = (b | 1) < nb ? 2 : 1;
-    const unsigned char* c = pair + static_cast<size_t>(b & 1) * codes;
-    t.s = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(pair + in_pair * codes + static_cast<size_t>(b & 1) * 32)));
+    const PackedBlockOffsets at = packed_block_offsets(b, nb, 16, bb, 2);
+    const unsigned char* c = tile + at.chunks;
+    t.s = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(tile + at.fp16)));
     if constexpr (T == TensorType::Q8_0) {
         SPECD_UNROLL
         for (int g = 0; g < 8; ++g) t.g[g] = _mm512_loadu_si512(c + 64 * g);
@@ -601,19 +616,16 @@ SPECD_INLINE void load_packed_qtile(const unsigned char* tile, int64_t nb, int64
 // per thread now; the spread prefetch ahead stays (it still measured faster).
 template <TensorType T, int NR>
 void qp_direct(const unsigned char* W, size_t rb, const PreparedInput& x, float* y, int64_t ldy, int64_t n0, int64_t n1) {
+    constexpr size_t bb = T == TensorType::Q8_0 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0);
     const int64_t nb = x.n_blocks();
-    const unsigned char* pf =
-        reinterpret_cast<const unsigned char*>(reinterpret_cast<uintptr_t>(W + n0 * rb + kQTilePrefetchBytes) & ~uintptr_t{63});
-    const size_t pf_step = 16 * rb / static_cast<size_t>(nb);  // a tile's bytes over its blocks
+    StreamPrefetch pf(W + n0 * rb);
     for (int64_t n = n0; n < n1; n += 16) {
         const unsigned char* w = W + n * rb;  // the tile of rows n..n+15
-        const unsigned char* pf_at = w + kQTilePrefetchBytes;
         __m512 F[NR];
         SPECD_UNROLL
         for (int r = 0; r < NR; ++r) F[r] = _mm512_setzero_ps();
         for (int64_t b = 0; b < nb; ++b) {
-            pf_at += pf_step;
-            for (; pf < pf_at; pf += 64) _mm_prefetch(reinterpret_cast<const char*>(pf), _MM_HINT_T1);
+            pf.upto(w + static_cast<size_t>(b + 1) * 16 * bb);
             QTile t;
             load_packed_qtile<T>(w, nb, b, t);
             q_block_rows<NR>(t, x, b, 0, F);
@@ -1452,23 +1464,18 @@ void kq_packed_matmul(const unsigned char* W, size_t rb, const PreparedInput& x,
     constexpr size_t tail_at = std::is_same_v<Block, BlockQ6_K>   ? offsetof(BlockQ6_K, d)
                                : std::is_same_v<Block, BlockQ3_K> ? offsetof(BlockQ3_K, d)
                                                                    : SIZE_MAX;
-    constexpr size_t body = 16 * (tail_at == SIZE_MAX ? bb : bb - 2);  // chunk bytes of one super-block of a tile
+    constexpr size_t apart = tail_at == SIZE_MAX ? 0 : 2;
     const int64_t nsb = x.k() / kSuperBlock;
     const int rows = x.rows();
     // As qp_direct: a linear stream, prefetched spread over the super-blocks.
-    const unsigned char* pf =
-        reinterpret_cast<const unsigned char*>(reinterpret_cast<uintptr_t>(W + n0 * rb + kQTilePrefetchBytes) & ~uintptr_t{63});
+    StreamPrefetch pf(W + n0 * rb);
     KTile t;
     for (int64_t n = n0; n < n1; n += 16) {
         const unsigned char* w = W + n * rb;  // the tile of rows n..n+15
-        const unsigned char* pf_at = w + kQTilePrefetchBytes;
         for (int64_t sb = 0; sb < nsb; ++sb) {
-            pf_at += 16 * bb;
-            for (; pf < pf_at; pf += 64) _mm_prefetch(reinterpret_cast<const char*>(pf), _MM_HINT_T1);
-            const unsigned char* pair = w + static_cast<size_t>(sb >> 1) * 32 * bb;
-            const size_t in_pair = (sb | 1) < nsb ? 2 : 1;
-            const PackedSrc src{pair + static_cast<size_t>(sb & 1) * body,
-                                tail_at == SIZE_MAX ? nullptr : pair + in_pair * body + static_cast<size_t>(sb & 1) * 32, tail_at};
+            pf.upto(w + static_cast<size_t>(sb + 1) * 16 * bb);
+            const PackedBlockOffsets at = packed_block_offsets(sb, nsb, 16, bb, apart);
+            const PackedSrc src{w + at.chunks, apart == 0 ? nullptr : w + at.fp16, tail_at};
             decode_ktile_from<Block>(src, 0, t);
             int t0 = 0;
             for (; t0 + kKTileRows <= rows; t0 += kKTileRows) ktile_rows<Block, kKTileRows>(t, x, sb, t0, y + n, ldy, 0xffff, sb > 0);

@@ -41,6 +41,22 @@ constexpr int64_t kQPrefetchBytes = 8192;     // q8_0/q4_0 weights (AMX tiles), 
 // at 16 KiB, 20.2 at 32 KiB, 20.2-20.8 at 48-64 KiB, 19.2-20.5 at 128 KiB.
 constexpr int64_t kQTilePrefetchBytes = 49152;
 
+// Where block b (of nb per row) of a packed tile of R rows sits (kernels.h
+// pack_weights): its chunks, and its R fp16 kept apart (`apart` = 2 bytes
+// per row's block, or 0 when the type keeps none apart), as byte offsets
+// from the tile's start. The one statement of the layout's arithmetic.
+struct PackedBlockOffsets {
+    size_t chunks;
+    size_t fp16;
+};
+constexpr PackedBlockOffsets packed_block_offsets(int64_t b, int64_t nb, size_t R, size_t block_bytes, size_t apart) {
+    const size_t body = R * (block_bytes - apart);  // chunk bytes of one block
+    const size_t pair = static_cast<size_t>(b >> 1) * 2 * R * block_bytes;
+    const size_t in_pair = (b | 1) < nb ? 2 : 1;
+    const size_t odd = static_cast<size_t>(b & 1);
+    return {pair + odd * body, pair + in_pair * body + odd * apart * R};
+}
+
 // The fewest activation rows whose q8_0/q4_0 products go to AMX when it is on
 // (kernels.h). A tile computes 16 activation rows whatever it holds, and its
 // per-block store and rescale cost more than the vpdpbusd chains of a few
